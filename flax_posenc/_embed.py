@@ -1,0 +1,55 @@
+"""What the modules that add an absolute encoding to embeddings share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from flax_posenc._validation import (
+    check_broadcastable,
+    check_integer_array,
+    check_positive_int,
+)
+
+
+def embedding_positions(
+    embeddings: jax.Array, positions: jax.Array | None
+) -> jax.Array:
+    """Checks ``positions [..., L]`` against ``embeddings [..., L, D]``.
+
+    ``None`` means ``0..L-1`` for every sequence.
+    """
+    if embeddings.ndim < 2:
+        raise ValueError(
+            f"`embeddings` must be [..., L, D] (rank >= 2), got shape {embeddings.shape}."
+        )
+    if positions is None:
+        return jnp.arange(embeddings.shape[-2])
+    positions = check_integer_array("positions", positions)
+    check_broadcastable(
+        "positions", positions.shape, "embeddings.shape[:-1]", embeddings.shape[:-1]
+    )
+    return positions
+
+
+def add_encoding(embeddings: jax.Array, encoding: jax.Array, dtype: Any) -> jax.Array:
+    """``embeddings + encoding`` in float32 (one rounding), cast to ``dtype``.
+
+    ``dtype=None`` keeps ``embeddings.dtype``.
+    """
+    encoding = jnp.broadcast_to(encoding, embeddings.shape)
+    total = embeddings.astype(jnp.float32) + encoding.astype(jnp.float32)
+    return total.astype(dtype or embeddings.dtype)
+
+
+def check_features(embeddings: jax.Array, max_len: int, features: int) -> None:
+    """Checks a learned table's sizes against ``embeddings [..., L, D]``."""
+    check_positive_int("max_len", max_len)
+    check_positive_int("features", features)
+    if embeddings.shape[-1] != features:
+        raise ValueError(
+            f"`embeddings` last dimension must equal features={features}, got shape "
+            f"{embeddings.shape}."
+        )

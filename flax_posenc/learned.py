@@ -1,0 +1,81 @@
+"""Learned absolute position embeddings (BERT, GPT-2): a lookup into a trained table.
+
+JAX gathers never fail on an index past the end: depending on the call they clamp,
+wrap or return NaN. A position the table has no row for is always a bug upstream, so
+it is never clamped silently. The policy, by ``out_of_range``:
+
+* ``"nan"`` (default): concrete positions out of ``[0, max_len)`` raise ``ValueError``
+  at once; traced positions (under ``jit``) give rows of NaN, so the mistake shows
+  in the loss instead of hiding in a clamped row.
+* ``"checkify"``: like ``"nan"``, and additionally a ``jax.experimental.checkify``
+  check, reported when the caller wraps the function in ``checkify.checkify``
+  (which is then required under ``jit``).
+* ``"clip"``: explicit opt-in to clamp positions into ``[0, max_len - 1]``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import checkify
+
+from flax_posenc._validation import check_choice, check_integer_array, is_traced
+
+OutOfRange = Literal["nan", "checkify", "clip"]
+OUT_OF_RANGE = ("nan", "checkify", "clip")
+
+
+def learned_embedding_lookup(
+    table: jax.Array,
+    positions: jax.Array,
+    *,
+    out_of_range: OutOfRange = "nan",
+) -> jax.Array:
+    """Rows of a learned position table: ``PE[..., :] = table[positions[...], :]``.
+
+    Args:
+      table: ``[max_len, D]``, floating point.
+      positions: integer ``[...]``, traced or concrete.
+      out_of_range: ``"nan"``, ``"checkify"`` or ``"clip"`` (see the module docstring).
+
+    Returns:
+      ``positions.shape + (D,)`` in ``table.dtype``.
+
+    Raises:
+      TypeError: non-integer ``positions`` or a non-floating ``table``.
+      ValueError: ``table`` not of rank 2, unknown ``out_of_range``, or concrete
+        positions outside ``[0, max_len)`` (unless ``out_of_range="clip"``).
+    """
+    positions = check_integer_array("positions", positions)
+    check_choice("out_of_range", out_of_range, OUT_OF_RANGE)
+    if table.ndim != 2:
+        raise ValueError(f"`table` must be [max_len, D], got shape {table.shape}.")
+    if not jnp.issubdtype(table.dtype, jnp.floating):
+        raise TypeError(f"`table` must be floating point, got dtype {table.dtype}.")
+    max_len = table.shape[0]
+    if out_of_range == "clip":
+        return jnp.take(table, positions, axis=0, mode="clip")
+    if not is_traced(positions) and positions.size:
+        values = np.asarray(positions)
+        low, high = int(values.min()), int(values.max())
+        if low < 0 or high >= max_len:
+            raise ValueError(
+                f"`positions` must lie in [0, max_len={max_len}), got values in "
+                f"[{low}, {high}]. Hint: use a larger max_len, or "
+                'out_of_range="clip" to clamp on purpose.'
+            )
+    if out_of_range == "checkify" and positions.size:
+        checkify.check(
+            jnp.all((positions >= 0) & (positions < max_len)),
+            f"positions must lie in [0, max_len={max_len}); got values in "
+            "[{low}, {high}]",
+            low=jnp.min(positions),
+            high=jnp.max(positions),
+        )
+    # jnp.take's own "fill" mode wraps negative indices; mask explicitly instead.
+    in_range = (positions >= 0) & (positions < max_len)
+    rows = jnp.take(table, positions, axis=0, mode="clip")
+    return jnp.where(in_range[..., None], rows, jnp.nan).astype(table.dtype)

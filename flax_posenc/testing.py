@@ -1,0 +1,96 @@
+"""Assertions about positional encodings, for our tests and for yours.
+
+They are built on chex and raise ``AssertionError`` with the offending value named.
+Import them as ``from flax_posenc import testing``; this module needs chex (a runtime
+dependency) and numpy only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import chex
+import jax
+import numpy as np
+
+EncodingFn = Callable[[jax.Array], jax.Array]
+
+
+def assert_encoding_shape(
+    encoding: jax.Array, positions: jax.Array, dim: int, *, dtype=None
+) -> None:
+    """Asserts ``encoding`` is ``positions.shape + (dim,)``, finite, of ``dtype``.
+
+    Args:
+      encoding: the output of an encoding function.
+      positions: the integer positions it was computed for.
+      dim: the expected number of features ``D``.
+      dtype: the expected dtype, or None to skip the check.
+    """
+    chex.assert_shape(encoding, tuple(positions.shape) + (dim,))
+    chex.assert_tree_all_finite(encoding)
+    if dtype is not None:
+        chex.assert_type(encoding, dtype)
+
+
+def assert_module_shapes(
+    inputs: jax.Array, outputs: jax.Array, *, dims: chex.Dimensions, spec: str
+) -> None:
+    """Asserts ``inputs`` and ``outputs`` both have the named shape ``spec``.
+
+    Example:
+      >>> dims = chex.Dimensions(B=2, L=5, D=8)
+      >>> assert_module_shapes(x, module(x), dims=dims, spec="BLD")
+    """
+    chex.assert_shape(inputs, dims[spec])
+    chex.assert_shape(outputs, dims[spec])
+    chex.assert_equal_shape([inputs, outputs])
+
+
+def assert_relative_offset_linearity(
+    encode: EncodingFn,
+    positions: Sequence[int] | np.ndarray,
+    offsets: Sequence[int],
+    *,
+    rtol: float = 1e-4,
+) -> None:
+    """Asserts ``PE(p + k) = M(k) PE(p)`` for one matrix ``M(k)`` per offset ``k``.
+
+    For each offset, ``M(k)`` is fitted by least squares (float64) over all the given
+    positions at once, and the largest residual ``|PE(p + k) - M(k) PE(p)|`` must be at
+    most ``rtol * max|PE|``. The sinusoidal encoding has this property exactly (the
+    angle-addition formulas give a block-rotation ``M(k)``); a random table does not.
+
+    The check is only meaningful with more positions than the encoding has independent
+    features (otherwise any table fits), so fewer raise ``ValueError``.
+
+    Args:
+      encode: maps integer positions ``[P]`` to ``[P, D]``.
+      positions: the positions ``p`` tested, ``P`` of them.
+      offsets: the offsets ``k`` tested.
+      rtol: tolerance relative to the largest absolute encoding value.
+
+    Raises:
+      AssertionError: naming the offset, the residual and the tolerance.
+      ValueError: too few positions for the check to mean anything.
+    """
+    positions = np.asarray(positions)
+    base = np.asarray(encode(jax.numpy.asarray(positions)), np.float64)
+    chex.assert_rank(base, 2)
+    rank = np.linalg.matrix_rank(base)
+    if len(positions) <= rank:
+        raise ValueError(
+            f"`positions` must outnumber the encoding's rank ({rank}) for the "
+            f"property to be testable, got {len(positions)} positions."
+        )
+    for k in offsets:
+        shifted = np.asarray(encode(jax.numpy.asarray(positions + k)), np.float64)
+        chex.assert_equal_shape([base, shifted])
+        transform, *_ = np.linalg.lstsq(base, shifted, rcond=None)
+        residual = np.max(np.abs(base @ transform - shifted))
+        scale = max(np.max(np.abs(base)), np.max(np.abs(shifted)), 1e-30)
+        if residual > rtol * scale:
+            raise AssertionError(
+                f"PE(p + k) is not a linear map of PE(p) for offset k={k}: "
+                f"residual {residual:.3g} > rtol * max|PE| = {rtol * scale:.3g}."
+            )
