@@ -35,6 +35,8 @@ TABLE = jax.random.normal(jax.random.key(2), (64, D))
 # Packed rows: per-sequence offsets, so a wrong shard of positions shows in values.
 POSITIONS = jnp.arange(L)[None, :] + jnp.array([[0], [3], [17], [40]])
 
+BIAS_TABLE = jax.random.normal(jax.random.key(4), (32, N))  # T5 [num_buckets, N]
+
 PLAIN = fp.RopeConfig(head_dim=H)
 DYNAMIC = fp.RopeConfig(
     head_dim=H,
@@ -191,18 +193,23 @@ def test_learned_lookup_replicated_table_needs_no_communication(out_of_range):
 
 
 def allow_explicit_gather_gap(fn, *args):
-    """``fn(*args)``, or xfail on the known gap of the learned lookup on Explicit axes.
+    """``fn(*args)``, or xfail on the known gap of table lookups on Explicit axes.
 
-    ``jnp.take`` cannot infer the gather's output sharding from a replicated table and
-    sharded positions on Explicit axes; ``learned_embedding_lookup`` would have to pass
-    ``out_sharding`` (positions' spec + the table's feature spec) to its gather.
+    On Explicit axes JAX cannot infer a gather's output sharding from a replicated
+    (or feature-sharded) table and sharded indices: ``learned_embedding_lookup``
+    and both gathers of ``relative_position_bias`` (the static bucket table, then the
+    learned bias table) raise ``ShardingTypeError`` (or, for the bucket table, a
+    numpy constant without a mesh, ``ValueError: ... not found in mesh: ()``).
+    They would have to pass
+    ``out_sharding`` = the indices' spec + the table's trailing spec to ``.at[].get``.
     """
     try:
         return fn(*args)
     except Exception as error:  # jax's ShardingTypeError is not public
-        if type(error).__name__ != "ShardingTypeError":
+        constant_table = isinstance(error, ValueError) and "in mesh: ()" in str(error)
+        if type(error).__name__ != "ShardingTypeError" and not constant_table:
             raise
-        pytest.xfail("learned_embedding_lookup's gather needs out_sharding on Explicit")
+        pytest.xfail("table lookups need an explicit out_sharding on Explicit axes")
 
 
 def test_learned_lookup_on_explicit_axes():
@@ -308,12 +315,12 @@ def test_dynamic_ntk_in_shard_map_default_seq_len_is_shard_local():
     want = jax.jit(rope)(X, POSITIONS)
     local = jax.jit(in_shard_map(rope, (spec, spec), spec))(X, POSITIONS)
     # Each [2, 4] block used its own max(positions) + 1 as seq_len.
+    rope_at = jax.jit(lambda x, p, n: fp.apply_rope(x, p, DYNAMIC, seq_len=n))
     for b in range(0, B, 2):
         for s in range(0, L, 4):
             block = (slice(b, b + 2), slice(s, s + 4))
-            seq_len = int(POSITIONS[block].max()) + 1
-            own = fp.apply_rope(X[block], POSITIONS[block], DYNAMIC, seq_len=seq_len)
-            assert_close(local[block], own)
+            seq_len = POSITIONS[block].max() + 1
+            assert_close(local[block], rope_at(X[block], POSITIONS[block], seq_len))
     assert not np.allclose(local, want, atol=1e-3)
     mapped = in_shard_map(rope_global_seq_len, (spec, spec), spec)
     fixed = compile_checked(mapped, X, POSITIONS, collectives=["all-reduce"])
@@ -349,3 +356,112 @@ def test_module_default_positions_in_shard_map_are_shard_local():
     local_length = L // 4
     want = EMBEDDINGS + jnp.tile(fp.sinusoidal_table(local_length, D), (1, 4, 1))
     assert_close(jax.jit(mapped)(EMBEDDINGS), want)
+
+
+# Attention biases [B, N, L, S]: (mesh shape, axis names, q spec, k spec, bias spec).
+BIAS_LAYOUTS = {
+    "data_heads": ((2, 4), ("data", "heads"), P("data"), P("data"), P("data", "heads")),
+    "heads": ((8,), ("heads",), P(), P(), P(None, "heads")),
+    "data_query_seq": (
+        (2, 4),
+        ("data", "seq"),
+        P("data", "seq"),
+        P("data"),
+        P("data", None, "seq"),
+    ),
+}
+
+
+def bias_fns():
+    """name -> (fn(state, q_positions, k_positions) -> [B, N, L, S], state)."""
+    linen_t5 = pl.RelativePositionBias(num_heads=N)
+    nnx_t5 = pn.RelativePositionBias(N, rngs=nnx.Rngs(0))
+    nnx_t5.relative_attention_bias[...] = BIAS_TABLE
+    graphdef, state = nnx.split(nnx_t5)
+    t5_variables = {"params": {"relative_attention_bias": BIAS_TABLE}}
+    return {
+        "alibi_bias": (lambda s, q, k: fp.alibi_bias(q, k, N), {}),
+        "relative_position_bias": (fp.relative_position_bias, BIAS_TABLE),
+        "linen_alibi": (lambda s, q, k: pl.ALiBi(num_heads=N).apply({}, q, k), {}),
+        "nnx_alibi": (lambda s, q, k: pn.ALiBi(N)(q, k), {}),
+        "linen_t5": (lambda s, q, k: linen_t5.apply(s, q, k), t5_variables),
+        "nnx_t5": (lambda s, q, k: nnx.merge(graphdef, s)(q, k), state),
+    }
+
+
+BIASES = sorted(bias_fns())
+
+
+# The functions on every layout; the modules, which wrap them, on one.
+BIAS_CASES = [
+    (name, layout)
+    for name in BIASES
+    for layout in sorted(BIAS_LAYOUTS)
+    if name in ("alibi_bias", "relative_position_bias") or layout == "data_heads"
+]
+
+
+@pytest.mark.parametrize("axis_type", AXIS_TYPES, ids=str)
+@pytest.mark.parametrize("name, layout", BIAS_CASES)
+def test_attention_biases_sharded_need_no_communication(name, layout, axis_type):
+    fn, state = bias_fns()[name]
+    shape, names, q_spec, k_spec, bias_spec = BIAS_LAYOUTS[layout]
+    mesh = mesh_of(shape, names, axis_type)
+    want = jax.jit(fn)(state, POSITIONS, POSITIONS)
+    state = jax.device_put(state, NamedSharding(mesh, P()))  # replicated table
+    q_positions = put(POSITIONS, mesh, q_spec)
+    k_positions = put(POSITIONS, mesh, k_spec)
+    # Heads appear in no input: the output sharding asks each device for its heads.
+    biased = jax.jit(fn, out_shardings=NamedSharding(mesh, bias_spec))
+    compiled = allow_explicit_gather_gap(
+        lambda: biased.lower(state, q_positions, k_positions).compile()
+    )
+    found = hlo_collectives(compiled.as_text())
+    assert not found, f"compiled HLO has collectives {found}"
+    got = compiled(state, q_positions, k_positions)
+    assert_sharding(got, mesh, bias_spec)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("axis_type", AXIS_TYPES, ids=str)
+def test_relative_bias_table_sharded_over_heads_gives_heads_sharded_bias(axis_type):
+    mesh = mesh_of((2, 4), ("data", "heads"), axis_type)
+    table = put(BIAS_TABLE, mesh, P(None, "heads"))
+    positions = put(POSITIONS, mesh, P("data"))
+
+    def bias(table, positions):
+        return fp.relative_position_bias(table, positions, positions)
+
+    compiled = allow_explicit_gather_gap(compile_checked, bias, table, positions)
+    got = compiled(table, positions)
+    assert_sharding(got, mesh, P("data", "heads"))
+    np.testing.assert_array_equal(got, bias(BIAS_TABLE, POSITIONS))
+
+
+@pytest.mark.parametrize("name", BIASES)
+def test_attention_biases_in_shard_map(name):
+    fn, state = bias_fns()[name]
+    spec = P("data", "seq")  # queries split over seq, keys whole per batch shard
+    mapped = in_shard_map(fn, (P(), spec, P("data")), P("data", None, "seq"))
+    got = compile_checked(mapped, state, POSITIONS, POSITIONS)
+    np.testing.assert_array_equal(
+        got(state, POSITIONS, POSITIONS), fn(state, POSITIONS, POSITIONS)
+    )
+
+
+def test_alibi_heads_in_shard_map_slice_the_full_bias():
+    # alibi_bias has no head offset: a heads shard computes all N heads and keeps its
+    # own (no communication; N / shards times the work of its slice).
+    mesh = mesh_of((8,), ("heads",))
+    local_heads = N // 8
+
+    def local_alibi(positions):
+        start = jax.lax.axis_index("heads") * local_heads
+        bias = fp.alibi_bias(positions, positions, N)
+        return jax.lax.dynamic_slice_in_dim(bias, start, local_heads, axis=-3)
+
+    mapped = jax.shard_map(
+        local_alibi, mesh=mesh, in_specs=P(), out_specs=P(None, "heads")
+    )
+    got = compile_checked(mapped, POSITIONS)(POSITIONS)
+    np.testing.assert_array_equal(got, fp.alibi_bias(POSITIONS, POSITIONS, N))
