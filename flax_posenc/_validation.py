@@ -12,6 +12,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 
 def check_positive_int(name: str, value: Any) -> int:
@@ -80,4 +81,4 @@ def check_broadcastable(
 
 def is_traced(value: Any) -> bool:
     """Whether ``value`` is an abstract value inside a JAX transformation."""
-    return isinstance(value, jax.core.Tracer)
+    return isinstance(value, Tracer)

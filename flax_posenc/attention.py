@@ -71,21 +71,29 @@ def positional_attention_fn(
     """
     if rope is None and bias is None:
         raise ValueError("Give `rope`, `bias` or both; got neither.")
+    rotate: Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]] | None = None
     if rope is not None:
         if q_positions is None:
             raise ValueError("`q_positions` is required with `rope`.")
-        q_positions = check_integer_array("q_positions", q_positions)
-        k_positions = (
-            q_positions
+        q_pos = check_integer_array("q_positions", q_positions)
+        k_pos = (
+            q_pos
             if k_positions is None
             else check_integer_array("k_positions", k_positions)
         )
 
+        def rotate_qk(query, key):
+            return (
+                apply_rope(query, q_pos, rope, seq_len=seq_len),
+                apply_rope(key, k_pos, rope, seq_len=seq_len),
+            )
+
+        rotate = rotate_qk
+
     @functools.wraps(attention_fn)
     def attend(query, key, value, *args, **kwargs):
-        if rope is not None:
-            query = apply_rope(query, q_positions, rope, seq_len=seq_len)
-            key = apply_rope(key, k_positions, rope, seq_len=seq_len)
+        if rotate is not None:
+            query, key = rotate(query, key)
         if bias is not None:
             logits_shape = query.shape[:-3] + (query.shape[-2], query.shape[-3])
             logits_shape += (key.shape[-3],)

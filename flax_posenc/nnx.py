@@ -30,6 +30,9 @@ class SinusoidalPositionalEncoding(nnx.Module):
     See :class:`flax_posenc.linen.SinusoidalPositionalEncoding`.
     """
 
+    layout: Layout
+    spacing: Spacing
+
     def __init__(
         self,
         *,
@@ -62,6 +65,8 @@ class LearnedPositionalEmbedding(nnx.Module):
 
     See :class:`flax_posenc.linen.LearnedPositionalEmbedding`.
     """
+
+    out_of_range: OutOfRange
 
     def __init__(
         self,

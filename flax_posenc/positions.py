@@ -98,16 +98,13 @@ def positions_from_padding_mask(mask: jax.Array) -> jax.Array:
       TypeError: a floating-point ``mask``.
       ValueError: ``mask`` of rank 0.
     """
-    dtype = getattr(mask, "dtype", None)
-    if dtype is None:
-        mask = np.asarray(mask)
-        dtype = mask.dtype
-    if dtype != jnp.bool_ and not jnp.issubdtype(dtype, jnp.integer):
+    mask = jnp.asarray(mask)
+    if mask.dtype != jnp.bool_ and not jnp.issubdtype(mask.dtype, jnp.integer):
         raise TypeError(
-            f"`mask` must be a bool or integer array, got dtype {dtype} with shape "
-            f"{tuple(getattr(mask, 'shape', ()))}."
+            f"`mask` must be a bool or integer array, got dtype {mask.dtype} with "
+            f"shape {tuple(mask.shape)}."
         )
-    mask = jnp.asarray(mask) != 0
+    mask = mask != 0
     _check_sequences("mask", mask)
     counts = jnp.cumsum(mask.astype(jnp.int32), axis=-1)
     return jnp.where(mask, counts - 1, 0).astype(jnp.int32)
