@@ -190,26 +190,44 @@ def rope_rotate(
     check_broadcastable("cos.shape[:-1]", cos.shape[:-1], "x.shape[:-2]", x.shape[:-2])
     half = cos.shape[-1]
     rotary_dim = 2 * half
-    # Pairs on an axis of size 2, so the partner of each feature is a reverse along
-    # that axis: no concatenate over x, which XLA would not fuse.
-    if layout == "half":
-        pairs_shape, table_shape, pair_axis = (2, half), (1, 1, half), -2
-    else:
-        pairs_shape, table_shape, pair_axis = (half, 2), (1, half, 1), -1
+    head_dim = x.shape[-1]
+    if half == 0:
+        return x
+    # One elementwise pass over x, with every index linear in the feature index i, so
+    # XLA vectorises it (a [..., 2, R/2] pair view makes the CPU loop scalar). The
+    # partner of feature i is x[i + d] or x[i - d] (d = R/2 or 1), read through pads.
+    # The tables are widened to R features by a concatenate, which XLA does not fuse
+    # into its consumer: cos/sin are materialised once instead of recomputed per head.
+    shift = half if layout == "half" else 1
+    index = np.arange(head_dim).reshape((1,) * (x.ndim - 1) + (head_dim,))
+    first = index < half if layout == "half" else index % 2 == 0
     lead = (1,) * (x.ndim - 2 - (cos.ndim - 1))
-    cos = cos.astype(jnp.float32).reshape(lead + cos.shape[:-1] + table_shape)
-    sin = sin.astype(jnp.float32).reshape(lead + sin.shape[:-1] + table_shape)
-    sign = np.array([-1.0, 1.0], np.float32).reshape(
-        (2, 1) if layout == "half" else (1, 2)
-    )
-    sign = sign.reshape((1,) * (x.ndim - 1) + sign.shape)
-    pairs = x[..., :rotary_dim].astype(jnp.float32).reshape(x.shape[:-1] + pairs_shape)
-    partner = jnp.flip(pairs, axis=pair_axis)
-    rotated = pairs * cos + partner * (sin * sign)
-    rotated = rotated.reshape(x.shape[:-1] + (rotary_dim,)).astype(x.dtype)
-    if rotary_dim == x.shape[-1]:
-        return rotated
-    return jnp.concatenate([rotated, x[..., rotary_dim:]], axis=-1)
+    cos, sin = (_full_width_table(t, head_dim, layout, lead) for t in (cos, sin))
+    xf = x.astype(jnp.float32)
+    pad = [(0, 0, 0)] * (x.ndim - 1)
+    zero = jnp.zeros((), jnp.float32)
+    above = jax.lax.pad(xf[..., shift:], zero, pad + [(0, shift, 0)])
+    below = jax.lax.pad(xf[..., :-shift], zero, pad + [(shift, 0, 0)])
+    partner = jnp.where(first, -above, below)
+    rotated = xf * cos + partner * sin
+    if rotary_dim < head_dim:
+        rotated = jnp.where(index < rotary_dim, rotated, xf)
+    return rotated.astype(x.dtype)
+
+
+def _full_width_table(
+    table: jax.Array, head_dim: int, layout: RopeLayout, lead: tuple[int, ...]
+) -> jax.Array:
+    """``[..., L, R/2]`` -> float32 ``lead + [..., L, 1, H]``, entry i for feature i."""
+    table = table.astype(jnp.float32)
+    if layout == "half":
+        table = jnp.concatenate([table, table], axis=-1)
+    else:
+        table = jnp.stack([table, table], axis=-1).reshape(table.shape[:-1] + (-1,))
+    rotary_dim = table.shape[-1]
+    pad = [(0, 0, 0)] * (table.ndim - 1) + [(0, head_dim - rotary_dim, 0)]
+    table = jax.lax.pad(table, jnp.zeros((), jnp.float32), pad)
+    return table.reshape(lead + table.shape[:-1] + (1, head_dim))
 
 
 def apply_rope(
