@@ -193,41 +193,41 @@ def rope_rotate(
     head_dim = x.shape[-1]
     if half == 0:
         return x
-    # One elementwise pass over x, with every index linear in the feature index i, so
-    # XLA vectorises it (a [..., 2, R/2] pair view makes the CPU loop scalar). The
-    # partner of feature i is x[i + d] or x[i - d] (d = R/2 or 1), read through pads.
-    # The tables are widened to R features by a concatenate, which XLA does not fuse
-    # into its consumer: cos/sin are materialised once instead of recomputed per head.
-    shift = half if layout == "half" else 1
-    index = np.arange(head_dim).reshape((1,) * (x.ndim - 1) + (head_dim,))
+    # One elementwise pass over x in which every read is at feature i or i +- d (d = R/2
+    # or 1), so XLA vectorises it (a [..., 2, R/2] view of x makes the CPU loop scalar).
+    # The table P holds (cos_j, sin_j) where x holds pair j, so a feature's cos, sin and
+    # partner sit at i, i + d (first of its pair) or i - d, i (second). P is built by a
+    # concatenate (the stack), which XLA keeps out of the loop over x: cos/sin are
+    # materialised once per position, not recomputed for every head and feature.
+    shift, pair_axis = (half, -2) if layout == "half" else (1, -1)
+    index = jax.lax.broadcasted_iota(
+        jnp.int32, (1,) * (x.ndim - 1) + (head_dim,), x.ndim - 1
+    )
     first = index < half if layout == "half" else index % 2 == 0
+    pairs = jnp.stack([cos.astype(jnp.float32), sin.astype(jnp.float32)], pair_axis)
+    pairs = pairs.reshape(cos.shape[:-1] + (rotary_dim,))
+    # Zero-padded by d on both sides, so P[i - d], P[i], P[i + d] are plain slices.
+    pairs = _pad_features(pairs, shift, head_dim + 2 * shift)
     lead = (1,) * (x.ndim - 2 - (cos.ndim - 1))
-    cos, sin = (_full_width_table(t, head_dim, layout, lead) for t in (cos, sin))
+    pairs = pairs.reshape(lead + cos.shape[:-1] + (1, head_dim + 2 * shift))
+    pairs_down, pairs, pairs_up = (
+        pairs[..., k * shift : k * shift + head_dim] for k in range(3)
+    )
     xf = x.astype(jnp.float32)
-    pad = [(0, 0, 0)] * (x.ndim - 1)
-    zero = jnp.zeros((), jnp.float32)
-    above = jax.lax.pad(xf[..., shift:], zero, pad + [(0, shift, 0)])
-    below = jax.lax.pad(xf[..., :-shift], zero, pad + [(shift, 0, 0)])
-    partner = jnp.where(first, -above, below)
-    rotated = xf * cos + partner * sin
+    x_up = _pad_features(xf[..., shift:], 0, head_dim)
+    x_down = _pad_features(xf[..., : head_dim - shift], shift, head_dim)
+    rotated = jnp.where(
+        first, xf * pairs - x_up * pairs_up, xf * pairs_down + x_down * pairs
+    )
     if rotary_dim < head_dim:
         rotated = jnp.where(index < rotary_dim, rotated, xf)
     return rotated.astype(x.dtype)
 
 
-def _full_width_table(
-    table: jax.Array, head_dim: int, layout: RopeLayout, lead: tuple[int, ...]
-) -> jax.Array:
-    """``[..., L, R/2]`` -> float32 ``lead + [..., L, 1, H]``, entry i for feature i."""
-    table = table.astype(jnp.float32)
-    if layout == "half":
-        table = jnp.concatenate([table, table], axis=-1)
-    else:
-        table = jnp.stack([table, table], axis=-1).reshape(table.shape[:-1] + (-1,))
-    rotary_dim = table.shape[-1]
-    pad = [(0, 0, 0)] * (table.ndim - 1) + [(0, head_dim - rotary_dim, 0)]
-    table = jax.lax.pad(table, jnp.zeros((), jnp.float32), pad)
-    return table.reshape(lead + table.shape[:-1] + (1, head_dim))
+def _pad_features(t: jax.Array, low: int, size: int) -> jax.Array:
+    """Zero-pads the last axis of ``t`` to ``size``, ``low`` zeros in front."""
+    pad = [(0, 0, 0)] * (t.ndim - 1) + [(low, size - low - t.shape[-1], 0)]
+    return jax.lax.pad(t, jnp.zeros((), t.dtype), pad)
 
 
 def apply_rope(
