@@ -14,6 +14,8 @@ Angles are always formed in float32; outputs keep the input dtype.
 """
 
 from flax_posenc import testing as testing
+from flax_posenc.attention import attention_fn_override as attention_fn_override
+from flax_posenc.attention import positional_attention_fn as positional_attention_fn
 from flax_posenc.learned import learned_embedding_lookup as learned_embedding_lookup
 from flax_posenc.rope import RopeConfig as RopeConfig
 from flax_posenc.rope import RopeTables as RopeTables
@@ -58,10 +60,12 @@ __all__ = [
     "apply_mrope",
     "apply_rope",
     "apply_xpos",
+    "attention_fn_override",
     "axial_rope_cos_sin",
     "grid_positions",
     "learned_embedding_lookup",
     "mrope_cos_sin",
+    "positional_attention_fn",
     "rope_cos_sin",
     "rope_frequencies",
     "rope_permute_layout",
