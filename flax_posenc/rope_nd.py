@@ -67,7 +67,9 @@ def grid_positions(grid_shape: Sequence[int]) -> jax.Array:
         )
     if not grid_shape:
         raise ValueError("`grid_shape` must name at least one axis, got ().")
-    sizes = [check_positive_int(f"grid_shape[{a}]", n) for a, n in enumerate(grid_shape)]
+    sizes = [
+        check_positive_int(f"grid_shape[{a}]", n) for a, n in enumerate(grid_shape)
+    ]
     coordinates = np.indices(sizes).reshape(len(sizes), -1).T
     return jnp.asarray(coordinates, jnp.int32)
 
@@ -171,7 +173,8 @@ def _check_mrope_section(mrope_section: Any, config: RopeConfig) -> tuple[int, .
             f"got {mrope_section!r}."
         )
     sections = tuple(
-        check_positive_int(f"mrope_section[{a}]", n) for a, n in enumerate(mrope_section)
+        check_positive_int(f"mrope_section[{a}]", n)
+        for a, n in enumerate(mrope_section)
     )
     half: int = config.rotary_dim // 2  # type: ignore[operator]
     if sum(sections) != half:

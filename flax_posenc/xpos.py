@@ -12,7 +12,7 @@ So ``q_m . k_n`` carries ``zeta_i^((m - n) / scale_base)`` per pair: it depends 
 falls further behind the query (the high-frequency pairs, small ``i``, fastest). xPos
 is meant for causal attention (``n <= m``); for ``n > m`` the factor grows.
 
-Reference implementation: torchscale's ``XPOS`` (and the paper's code). Its
+Reference implementation: ``XPOS`` in torchscale, the authors' library. Its
 conventions: ``zeta_i = (2i + 0.4 H) / (1.4 H)`` over the head dim ``H`` (here ``R``,
 equal for full rotary); q gets ``scale`` and k ``1 / scale`` (``downscale=True``; here
 ``is_key=True``); pairs are interleaved ``(2i, 2i + 1)`` (use
@@ -21,8 +21,8 @@ rotation uses positions ``0 .. T - 1`` but the scale exponent uses centred posit
 ``p - ceil(T / 2)``, ``T`` the total (cached + new) length: ``center=(T + 1) // 2``
 here. Centring changes no score; it keeps the factors near 1.
 
-Range: the largest factor is ``zeta_0^(-|p - c| / scale_base) = 3.5^(|p - c| / 512)``,
-which overflows float32 and bfloat16 beyond ``|p - c|`` of about 36000 and float16
+Range (defaults): the largest factor is ``zeta_0^(-|p - c| / scale_base) =
+3.5^(|p - c| / 512)``, which overflows float32 and bfloat16 beyond ``|p - c|`` of about 36000 and float16
 beyond about 4500; centre long sequences.
 """
 
@@ -94,7 +94,7 @@ def xpos_cos_sin(
     zeta = (2.0 * np.arange(rotary_dim // 2) / rotary_dim + gamma) / (1.0 + gamma)
     log_decay = np.log(zeta) / scale_base * (-1.0 if is_key else 1.0)
     offsets = positions - jnp.broadcast_to(center, positions.shape)
-    scale = jnp.exp(position_angles(offsets, log_decay.astype(np.float32)))
+    scale = jnp.exp(position_angles(offsets, jnp.asarray(log_decay, jnp.float32)))
     return RopeTables(cos * scale, sin * scale)
 
 
