@@ -134,7 +134,9 @@ def apply_axial_rope(
         :func:`grid_positions`); ``positions.shape[:-1]`` broadcastable to
         ``x.shape[:-2]``. Tokens off the grid (a CLS token) should be split off by
         the caller, as EVA-02 does, or given a coordinate of their own.
-      config: the RoPE configuration (``rotary_dim`` a multiple of ``2A``).
+      config: the RoPE configuration (``rotary_dim`` a multiple of ``2A``). EVA-02's
+        fine-tuning interpolation (coordinates ``arange(ft) * pt / ft``) is
+        ``scaling=LinearScaling(factor=ft / pt)`` on integer coordinates.
       seq_len: see :func:`axial_rope_cos_sin`.
 
     Returns:

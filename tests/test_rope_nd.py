@@ -136,6 +136,22 @@ def test_axial_matches_eva02(head_dim, rotary_dim, theta):
     )
 
 
+def test_eva02_resolution_interpolation_is_linear_scaling():
+    """EVA-02 fine-tuned at ``ft`` patches per side from ``pt``: t = arange(ft) pt/ft."""
+    ft, pt = 6, 4
+    config = fp.RopeConfig(
+        head_dim=16, layout="interleaved", scaling=fp.LinearScaling(factor=ft / pt)
+    )
+    positions = fp.grid_positions((ft, ft))
+    x = jax.random.normal(jax.random.key(9), (1, ft * ft, 2, 16))
+    got = jax.jit(fp.apply_axial_rope, static_argnums=2)(x, positions, config)
+    fractional = np.asarray(positions) * pt / ft
+    expected = eva02_reference(x, fractional[:, 0], fractional[:, 1], 10000.0, 16)
+    np.testing.assert_allclose(
+        got, expected, atol=angle_allowance(np.max(np.abs(x)), ft), rtol=0
+    )
+
+
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize("num_axes", [2, 3])
 def test_axial_matches_float64_formula(layout, num_axes):
