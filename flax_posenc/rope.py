@@ -28,6 +28,7 @@ from flax_posenc._angles import position_angles
 from flax_posenc._validation import (
     check_broadcastable,
     check_choice,
+    check_heads_array,
     check_integer_array,
     check_positive_float,
     check_positive_int,
@@ -253,11 +254,7 @@ def apply_rope(
       >>> apply_rope(q, jnp.arange(16), RopeConfig(head_dim=64)).shape
       (2, 16, 4, 64)
     """
-    if x.ndim < 3 or x.shape[-1] != config.head_dim:
-        raise ValueError(
-            f"`x` must be [..., L, N, H] with H = config.head_dim ({config.head_dim}), "
-            f"got shape {x.shape}."
-        )
+    check_heads_array("x", x, config.head_dim)
     positions = check_integer_array("positions", positions)
     check_broadcastable("positions", positions.shape, "x.shape[:-2]", x.shape[:-2])
     cos, sin = rope_cos_sin(positions, config, seq_len=seq_len)
