@@ -19,6 +19,7 @@ from flax_posenc.alibi import alibi_slopes as alibi_slopes
 from flax_posenc.attention import attention_fn_override as attention_fn_override
 from flax_posenc.attention import positional_attention_fn as positional_attention_fn
 from flax_posenc.learned import learned_embedding_lookup as learned_embedding_lookup
+from flax_posenc.positions import grid_positions as grid_positions
 from flax_posenc.positions import positions_from_offsets as positions_from_offsets
 from flax_posenc.positions import (
     positions_from_padding_mask as positions_from_padding_mask,
@@ -39,7 +40,6 @@ from flax_posenc.rope import rope_rotate as rope_rotate
 from flax_posenc.rope_nd import apply_axial_rope as apply_axial_rope
 from flax_posenc.rope_nd import apply_mrope as apply_mrope
 from flax_posenc.rope_nd import axial_rope_cos_sin as axial_rope_cos_sin
-from flax_posenc.rope_nd import grid_positions as grid_positions
 from flax_posenc.rope_nd import mrope_cos_sin as mrope_cos_sin
 from flax_posenc.rope_scaling import DynamicNTKScaling as DynamicNTKScaling
 from flax_posenc.rope_scaling import LinearScaling as LinearScaling

@@ -22,7 +22,8 @@ pairs and frequencies are shared out:
   over the frequencies instead; that is not this function.)
 
 Positions are integers, as everywhere in flax_posenc: building them (patch grid,
-image token offsets) is the caller's job, with :func:`grid_positions` for grids.
+image token offsets) is the caller's job, with
+:func:`flax_posenc.grid_positions` for grids.
 """
 
 from __future__ import annotations
@@ -42,36 +43,6 @@ from flax_posenc._validation import (
     check_positive_int,
 )
 from flax_posenc.rope import RopeConfig, RopeTables, rope_cos_sin, rope_rotate
-
-
-def grid_positions(grid_shape: Sequence[int]) -> jax.Array:
-    """Integer coordinates of every cell of a grid, in row-major order.
-
-    For an ``h x w`` patch grid flattened like ``patches.reshape(B, h * w, D)``,
-    token ``t`` sits at ``(t // w, t % w)``.
-
-    Args:
-      grid_shape: the grid's size per axis, e.g. ``(h, w)`` for image patches or
-        ``(frames, h, w)`` for video.
-
-    Returns:
-      int32 ``[prod(grid_shape), len(grid_shape)]``.
-
-    Example:
-      >>> grid_positions((2, 3)).tolist()
-      [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]
-    """
-    if isinstance(grid_shape, (str, bytes)) or not isinstance(grid_shape, Sequence):
-        raise TypeError(
-            f"`grid_shape` must be a sequence of positive ints, got {grid_shape!r}."
-        )
-    if not grid_shape:
-        raise ValueError("`grid_shape` must name at least one axis, got ().")
-    sizes = [
-        check_positive_int(f"grid_shape[{a}]", n) for a, n in enumerate(grid_shape)
-    ]
-    coordinates = np.indices(sizes).reshape(len(sizes), -1).T
-    return jnp.asarray(coordinates, jnp.int32)
 
 
 def axial_rope_cos_sin(
