@@ -148,6 +148,39 @@ def test_apply_rope_sharded_needs_no_communication(layout, axis_type, config, se
     assert_close(got, jax.jit(rope)(X, unsharded_positions))
 
 
+# Position-based RoPE variants: (apply, positions from [B, L] ones, their spec from
+# the [B, L] spec). M-RoPE's rows lead, axial coordinates trail.
+ROPE_VARIANTS = {
+    "mrope": (
+        lambda x, p: fp.apply_mrope(x, p, PLAIN, mrope_section=(1, 1, 2)),
+        lambda p: jnp.stack([p, p // 2, p % 3]),
+        lambda spec: P(None, *spec),
+    ),
+    "axial": (
+        lambda x, p: fp.apply_axial_rope(x, p, PLAIN),
+        lambda p: jnp.stack([p // 4, p % 4], axis=-1),
+        lambda spec: P(*spec, None),
+    ),
+    "xpos_key": (
+        lambda x, p: fp.apply_xpos(x, p, PLAIN, is_key=True, center=8),
+        lambda p: p,
+        lambda spec: P(*spec),
+    ),
+}
+
+
+@pytest.mark.parametrize("axis_type", AXIS_TYPES, ids=str)
+@pytest.mark.parametrize("variant", sorted(ROPE_VARIANTS))
+def test_rope_variants_sharded_need_no_communication(variant, axis_type):
+    rope, make_positions, positions_spec = ROPE_VARIANTS[variant]
+    mesh = mesh_of((2, 2, 2), ("data", "seq", "heads"), axis_type)
+    x = put(X, mesh, P("data", "seq", "heads"))
+    positions = put(make_positions(POSITIONS), mesh, positions_spec(("data", "seq")))
+    got = compile_checked(rope, x, positions)(x, positions)
+    assert_sharding(got, mesh, P("data", "seq", "heads"))
+    assert_close(got, jax.jit(rope)(X, make_positions(POSITIONS)))
+
+
 @pytest.mark.parametrize("axis_type", AXIS_TYPES, ids=str)
 def test_dynamic_ntk_default_seq_len_is_one_scalar_all_reduce(axis_type):
     x, positions, unsharded_positions = sharded_rope_inputs("data_seq", axis_type)
