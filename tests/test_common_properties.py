@@ -6,11 +6,14 @@ whose dtype must be ``x.dtype``; absolute encodings see ``x`` as ``[B, L, N * H]
 New encodings add an entry here.
 """
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import rope_reference as ref
 
 import flax_posenc as fp
 
@@ -35,7 +38,17 @@ ENCODERS = {
         )
     ),
     "learned": add_absolute(lambda p: fp.learned_embedding_lookup(LEARNED_TABLE, p)),
+    "rope_interleaved_partial": lambda x, p: fp.apply_rope(
+        x, p, fp.RopeConfig(head_dim=H, rotary_dim=H // 2, layout="interleaved")
+    ),
 }
+# RoPE, plain and one per scaling family. The offsets below take dynamic NTK and
+# LongRoPE (original length 16) across their switch without a retrace.
+for _family in ref.FAMILIES:
+    if _family in ("yarn_mscale", "yarn_untruncated"):
+        continue
+    _config = ref.make_config(_family, head_dim=H, original=16)
+    ENCODERS[f"rope_{_family}"] = functools.partial(fp.apply_rope, config=_config)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
