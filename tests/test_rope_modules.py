@@ -92,17 +92,20 @@ def test_kv_cache_decode_scores_equal_full_sequence(family):
         assert_close(scores, row)
 
 
-def test_dynamic_families_share_frequencies_between_q_and_k():
-    """Queries alone (max position 103) would use LongRoPE's short factors; with keys
-    up to 4095 both use the long ones, so the scores stay relative."""
+@pytest.mark.parametrize("long_side", ["k", "q"])
+def test_dynamic_families_share_frequencies_between_q_and_k(long_side):
+    """Positions 100..103 alone would use LongRoPE's short factors; with the other
+    side up to 4095, both q and k use the long ones, so the scores stay relative."""
     config = ref.make_config("longrope", head_dim=8)
     q, k = Q[:1, :4], K[:1, :4]
-    q_positions, k_positions = jnp.arange(100, 104)[None], jnp.arange(4092, 4096)[None]
+    near, far = jnp.arange(100, 104)[None], jnp.arange(4092, 4096)[None]
+    q_positions, k_positions = (near, far) if long_side == "k" else (far, near)
     q_rot, k_rot = pn.RotaryEmbedding(config)(q, k, q_positions, k_positions)
     assert_close(q_rot, fp.apply_rope(q, q_positions, config, seq_len=4096))
     assert_close(k_rot, fp.apply_rope(k, k_positions, config, seq_len=4096))
-    short = fp.apply_rope(q, q_positions, config)
-    assert np.max(np.abs(np.asarray(short - q_rot))) > 0.1
+    x, short_side = (q, q_rot) if long_side == "k" else (k, k_rot)
+    alone = fp.apply_rope(x, near, config)  # seq_len = 104: short factors
+    assert np.max(np.abs(np.asarray(alone - short_side))) > 0.1
 
 
 @pytest.mark.parametrize(
