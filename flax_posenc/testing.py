@@ -129,11 +129,12 @@ def assert_shift_invariance(
       q, k: ``[..., L, N, H]`` inputs, e.g. random normal.
       positions: integer ``[..., L]``, broadcastable to ``q.shape[:-2]``.
       offsets: the offsets ``o`` tested.
-      rtol: tolerance relative to ``|q'_m| |k'_l|``. None means ``4 eps + 2^-19 P``,
+      rtol: tolerance relative to ``|q'_m| |k'_l|``. None means ``4 eps + 2^-21 P``,
         ``eps`` the output dtype's machine epsilon and ``P`` the largest ``|p + o|``:
-        two roundings of each score's inputs to the output dtype, plus float32 angle
-        errors of up to 32 ulps in each score for angles up to ``P`` radians (RoPE's
-        fastest frequency is 1 rad per position).
+        rounding to the output dtype of the four rotated vectors behind a
+        difference of scores, plus two float32 roundings (``inv_freq``, product) of
+        each of their angles, which are at most ``P`` radians (RoPE's fastest
+        frequency is one radian per position).
 
     Raises:
       AssertionError: naming the offset, the largest deviation and the tolerance.
@@ -145,7 +146,7 @@ def assert_shift_invariance(
     chex.assert_equal_shape([k, k_rot])
     if rtol is None:
         largest = max(int(np.max(np.abs(positions + o))) for o in offsets)
-        rtol = 4 * float(jax.numpy.finfo(q_rot.dtype).eps) + 2.0**-19 * largest
+        rtol = 4 * float(jax.numpy.finfo(q_rot.dtype).eps) + 2.0**-21 * largest
     q_rot = np.asarray(q_rot, np.float64)
     k_rot = np.asarray(k_rot, np.float64)
     base = _attention_scores(q_rot, k_rot)

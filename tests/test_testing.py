@@ -90,8 +90,9 @@ def test_seq_len_families_are_shift_invariant_only_within_one_regime(family):
         testing.assert_shift_invariance(rotate, Q, K, SHIFT_POSITIONS, [ref.ORIGINAL])
 
 
-def test_adding_a_learned_embedding_is_not_shift_invariant():
-    table = normal((256, 8), seed=2)
+@pytest.mark.parametrize("stddev", [1.0, 0.02])  # 0.02: BERT's initial table
+def test_adding_a_learned_embedding_is_not_shift_invariant(stddev):
+    table = stddev * normal((256, 8), seed=2)
 
     def add_learned(x, positions):
         return x + table[positions][..., None, :]
