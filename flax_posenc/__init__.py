@@ -14,7 +14,21 @@ Angles are always formed in float32; outputs keep the input dtype.
 """
 
 from flax_posenc import testing as testing
+from flax_posenc.alibi import alibi_bias as alibi_bias
+from flax_posenc.alibi import alibi_slopes as alibi_slopes
+from flax_posenc.attention import attention_fn_override as attention_fn_override
+from flax_posenc.attention import positional_attention_fn as positional_attention_fn
 from flax_posenc.learned import learned_embedding_lookup as learned_embedding_lookup
+from flax_posenc.positions import positions_from_offsets as positions_from_offsets
+from flax_posenc.positions import (
+    positions_from_padding_mask as positions_from_padding_mask,
+)
+from flax_posenc.positions import (
+    positions_from_segment_ids as positions_from_segment_ids,
+)
+from flax_posenc.positions import relative_positions as relative_positions
+from flax_posenc.relative import relative_position_bias as relative_position_bias
+from flax_posenc.relative import relative_position_bucket as relative_position_bucket
 from flax_posenc.rope import RopeConfig as RopeConfig
 from flax_posenc.rope import RopeTables as RopeTables
 from flax_posenc.rope import apply_rope as apply_rope
@@ -22,6 +36,11 @@ from flax_posenc.rope import rope_cos_sin as rope_cos_sin
 from flax_posenc.rope import rope_frequencies as rope_frequencies
 from flax_posenc.rope import rope_permute_layout as rope_permute_layout
 from flax_posenc.rope import rope_rotate as rope_rotate
+from flax_posenc.rope_nd import apply_axial_rope as apply_axial_rope
+from flax_posenc.rope_nd import apply_mrope as apply_mrope
+from flax_posenc.rope_nd import axial_rope_cos_sin as axial_rope_cos_sin
+from flax_posenc.rope_nd import grid_positions as grid_positions
+from flax_posenc.rope_nd import mrope_cos_sin as mrope_cos_sin
 from flax_posenc.rope_scaling import DynamicNTKScaling as DynamicNTKScaling
 from flax_posenc.rope_scaling import LinearScaling as LinearScaling
 from flax_posenc.rope_scaling import Llama3Scaling as Llama3Scaling
@@ -33,6 +52,8 @@ from flax_posenc.rope_scaling import YarnScaling as YarnScaling
 from flax_posenc.sinusoidal import sinusoidal_encoding as sinusoidal_encoding
 from flax_posenc.sinusoidal import sinusoidal_inv_freq as sinusoidal_inv_freq
 from flax_posenc.sinusoidal import sinusoidal_table as sinusoidal_table
+from flax_posenc.xpos import apply_xpos as apply_xpos
+from flax_posenc.xpos import xpos_cos_sin as xpos_cos_sin
 
 __version__ = "0.1.0"
 
@@ -47,8 +68,24 @@ __all__ = [
     "RopeFrequencies",
     "RopeTables",
     "YarnScaling",
+    "alibi_bias",
+    "alibi_slopes",
+    "apply_axial_rope",
+    "apply_mrope",
     "apply_rope",
+    "apply_xpos",
+    "attention_fn_override",
+    "axial_rope_cos_sin",
+    "grid_positions",
     "learned_embedding_lookup",
+    "mrope_cos_sin",
+    "positional_attention_fn",
+    "positions_from_offsets",
+    "positions_from_padding_mask",
+    "positions_from_segment_ids",
+    "relative_position_bias",
+    "relative_position_bucket",
+    "relative_positions",
     "rope_cos_sin",
     "rope_frequencies",
     "rope_permute_layout",
@@ -57,4 +94,5 @@ __all__ = [
     "sinusoidal_inv_freq",
     "sinusoidal_table",
     "testing",
+    "xpos_cos_sin",
 ]

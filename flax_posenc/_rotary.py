@@ -5,17 +5,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from flax_posenc._validation import check_broadcastable, check_integer_array
+from flax_posenc._validation import (
+    check_broadcastable,
+    check_heads_array,
+    check_integer_array,
+)
 from flax_posenc.rope import RopeConfig, rope_cos_sin, rope_rotate
 from flax_posenc.rope_scaling import SEQ_LEN_DEPENDENT
-
-
-def _check_heads(name: str, x: jax.Array, config: RopeConfig) -> None:
-    if x.ndim < 3 or x.shape[-1] != config.head_dim:
-        raise ValueError(
-            f"`{name}` must be [..., L, N, H] with H = config.head_dim "
-            f"({config.head_dim}), got shape {x.shape}."
-        )
 
 
 def rotate_queries_keys(
@@ -31,8 +27,8 @@ def rotate_queries_keys(
     Dynamic NTK and LongRoPE see one ``seq_len = max(all positions) + 1`` for q and
     k, so both are rotated with the same frequencies and scores stay relative.
     """
-    _check_heads("q", q, config)
-    _check_heads("k", k, config)
+    check_heads_array("q", q, config.head_dim)
+    check_heads_array("k", k, config.head_dim)
     positions = check_integer_array("positions", positions)
     check_broadcastable("positions", positions.shape, "q.shape[:-2]", q.shape[:-2])
     if k_positions is None:

@@ -2,7 +2,8 @@
 gradients, and no retrace when position values change.
 
 Each entry of ``ENCODERS`` maps ``(x [B, L, N, H], positions int [B, L])`` to an array
-whose dtype must be ``x.dtype``; absolute encodings see ``x`` as ``[B, L, N * H]``.
+whose dtype must be ``x.dtype``; absolute encodings see ``x`` as ``[B, L, N * H]``;
+attention-bias encodings return self-attention logits ``x . x + bias [B, N, L, L]``.
 New encodings add an entry here.
 """
 
@@ -19,6 +20,8 @@ import flax_posenc as fp
 
 B, L, N, H = 2, 6, 2, 8
 LEARNED_TABLE = jax.random.normal(jax.random.key(3), (64, N * H))
+ROPE = fp.RopeConfig(head_dim=H)
+RELATIVE_TABLE = jax.random.normal(jax.random.key(4), (32, N))
 
 
 def add_absolute(encoding_fn):
@@ -30,7 +33,25 @@ def add_absolute(encoding_fn):
     return encoder
 
 
+def add_bias(bias_fn):
+    def encoder(x, positions):
+        x32 = x.astype(jnp.float32)
+        logits = jnp.einsum(
+            "blnh,bsnh->bnls", x32, x32, precision=jax.lax.Precision.HIGHEST
+        )
+        return (logits + bias_fn(positions).astype(jnp.float32)).astype(x.dtype)
+
+    return encoder
+
+
 ENCODERS = {
+    "alibi": add_bias(lambda p: fp.alibi_bias(p, p, N)),
+    "relative": add_bias(lambda p: fp.relative_position_bias(RELATIVE_TABLE, p, p)),
+    "relative_causal": add_bias(
+        lambda p: fp.relative_position_bias(
+            RELATIVE_TABLE, p, p, bidirectional=False, max_distance=20
+        )
+    ),
     "sinusoidal": add_absolute(lambda p: fp.sinusoidal_encoding(p, N * H)),
     "sinusoidal_t2t": add_absolute(
         lambda p: fp.sinusoidal_encoding(
@@ -41,6 +62,14 @@ ENCODERS = {
     "rope_interleaved_partial": lambda x, p: fp.apply_rope(
         x, p, fp.RopeConfig(head_dim=H, rotary_dim=H // 2, layout="interleaved")
     ),
+    "axial_rope_2d": lambda x, p: fp.apply_axial_rope(
+        x, jnp.stack([p // 3, p % 3], axis=-1), ROPE
+    ),
+    "mrope": lambda x, p: fp.apply_mrope(
+        x, jnp.stack([p, p // 2, p % 3]), ROPE, mrope_section=(2, 1, 1)
+    ),
+    "xpos_query": lambda x, p: fp.apply_xpos(x, p, ROPE, is_key=False, center=20),
+    "xpos_key": lambda x, p: fp.apply_xpos(x, p, ROPE, is_key=True, center=20),
 }
 # RoPE, plain and one per scaling family. The offsets below take dynamic NTK and
 # LongRoPE (original length 16) across their switch without a retrace.
