@@ -13,10 +13,12 @@ import jax
 import jax.numpy as jnp
 
 from flax_posenc._embed import add_encoding, check_features, embedding_positions
+from flax_posenc._rotary import rotate_queries_keys
 from flax_posenc._validation import check_positive_int
 from flax_posenc.alibi import alibi_bias
 from flax_posenc.learned import OutOfRange, learned_embedding_lookup
 from flax_posenc.relative import check_bucket_sizes, relative_position_bias
+from flax_posenc.rope import RopeConfig
 from flax_posenc.sinusoidal import Layout, Spacing, sinusoidal_encoding
 
 default_embedding_init = nn.initializers.normal(stddev=0.02)
@@ -93,6 +95,33 @@ class LearnedPositionalEmbedding(nn.Module):
             table, positions, out_of_range=self.out_of_range
         )
         return add_encoding(embeddings, encoding, self.dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotates queries and keys with :func:`flax_posenc.rope_rotate` (RoPE).
+
+    ``module(q, k, positions, k_positions=None)`` returns the rotated ``(q, k)``, in
+    their dtypes. ``q: [..., L, N, H]``, ``k: [..., S, N, H]``, ``positions: int
+    [..., L]``. Without ``k_positions`` (self-attention, ``S = L``) one cos/sin table
+    serves both. For KV-cache decoding pass ``k_positions: int [..., S]`` (e.g. the
+    new keys' positions, or ``arange(S)`` for a whole cache); dynamic NTK and LongRoPE
+    then use ``seq_len = max(positions, k_positions) + 1`` for both, so q and k share
+    frequencies. No parameters.
+
+    Attributes:
+      config: the :class:`flax_posenc.RopeConfig`.
+    """
+
+    config: RopeConfig
+
+    def __call__(
+        self,
+        q: jax.Array,
+        k: jax.Array,
+        positions: jax.Array,
+        k_positions: jax.Array | None = None,
+    ) -> tuple[jax.Array, jax.Array]:
+        return rotate_queries_keys(q, k, positions, k_positions, self.config)
 
 
 class ALiBi(nn.Module):

@@ -14,10 +14,12 @@ import jax.numpy as jnp
 from flax import nnx
 
 from flax_posenc._embed import add_encoding, check_features, embedding_positions
+from flax_posenc._rotary import rotate_queries_keys
 from flax_posenc._validation import check_positive_int
 from flax_posenc.alibi import alibi_bias
 from flax_posenc.learned import OutOfRange, learned_embedding_lookup
 from flax_posenc.relative import check_bucket_sizes, relative_position_bias
+from flax_posenc.rope import RopeConfig
 from flax_posenc.sinusoidal import Layout, Spacing, sinusoidal_encoding
 
 default_embedding_init = nnx.initializers.normal(stddev=0.02)
@@ -96,6 +98,25 @@ class LearnedPositionalEmbedding(nnx.Module):
             self.embedding[...], positions, out_of_range=self.out_of_range
         )
         return add_encoding(embeddings, encoding, self.dtype)
+
+
+class RotaryEmbedding(nnx.Module):
+    """Rotates queries and keys with :func:`flax_posenc.rope_rotate` (RoPE).
+
+    See :class:`flax_posenc.linen.RotaryEmbedding`.
+    """
+
+    def __init__(self, config: RopeConfig):
+        self.config = config
+
+    def __call__(
+        self,
+        q: jax.Array,
+        k: jax.Array,
+        positions: jax.Array,
+        k_positions: jax.Array | None = None,
+    ) -> tuple[jax.Array, jax.Array]:
+        return rotate_queries_keys(q, k, positions, k_positions, self.config)
 
 
 class ALiBi(nnx.Module):

@@ -7,11 +7,14 @@ attention-bias encodings return self-attention logits ``x . x + bias [B, N, L, L
 New encodings add an entry here.
 """
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import rope_reference as ref
 
 import flax_posenc as fp
 
@@ -56,6 +59,9 @@ ENCODERS = {
         )
     ),
     "learned": add_absolute(lambda p: fp.learned_embedding_lookup(LEARNED_TABLE, p)),
+    "rope_interleaved_partial": lambda x, p: fp.apply_rope(
+        x, p, fp.RopeConfig(head_dim=H, rotary_dim=H // 2, layout="interleaved")
+    ),
     "axial_rope_2d": lambda x, p: fp.apply_axial_rope(
         x, jnp.stack([p // 3, p % 3], axis=-1), ROPE
     ),
@@ -65,6 +71,13 @@ ENCODERS = {
     "xpos_query": lambda x, p: fp.apply_xpos(x, p, ROPE, is_key=False, center=20),
     "xpos_key": lambda x, p: fp.apply_xpos(x, p, ROPE, is_key=True, center=20),
 }
+# RoPE, plain and one per scaling family. The offsets below take dynamic NTK and
+# LongRoPE (original length 16) across their switch without a retrace.
+for _family in ref.FAMILIES:
+    if _family in ("yarn_mscale", "yarn_untruncated"):
+        continue
+    _config = ref.make_config(_family, head_dim=H, original=16)
+    ENCODERS[f"rope_{_family}"] = functools.partial(fp.apply_rope, config=_config)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
