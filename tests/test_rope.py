@@ -21,9 +21,10 @@ apply_rope = jax.jit(fp.apply_rope, static_argnames="config")
 
 
 def angle_ulps(config):
-    """Dynamic NTK forms its grown base in float32 (exp of a log): up to ~16 ulps of
-    error in ``inv_freq``; every other family rounds a float64 ``inv_freq`` once."""
-    return 32 if isinstance(config.scaling, fp.DynamicNTKScaling) else 2
+    """Dynamic NTK multiplies a once-rounded inv_freq by a float32 ``exp(log)`` growth
+    (measured: at most 14 x 2^-24 relative for factors up to 40 and seq_len up to 1e6);
+    every other family rounds a float64 ``inv_freq`` once."""
+    return 16 if isinstance(config.scaling, fp.DynamicNTKScaling) else 2
 
 
 def normal(shape, dtype=jnp.float32, seed=0):
@@ -460,11 +461,6 @@ def test_bad_inputs_raise_naming_the_argument(make, error, match):
         make()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ZeroDivisionError,
-    reason="bug: DynamicNTKScaling.frequencies divides by rotary_dim - 2 unchecked",
-)
 def test_dynamic_ntk_rejects_rotary_dim_2():
     scaling = fp.DynamicNTKScaling(factor=2.0, original_max_position_embeddings=16)
     with pytest.raises(ValueError, match="rotary_dim > 2"):
