@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
 
+from flax_posenc._gather import take_rows
 from flax_posenc._validation import check_choice, check_integer_array, is_traced
 
 OutOfRange = Literal["nan", "checkify", "clip"]
@@ -56,26 +57,29 @@ def learned_embedding_lookup(
     if not jnp.issubdtype(table.dtype, jnp.floating):
         raise TypeError(f"`table` must be floating point, got dtype {table.dtype}.")
     max_len = table.shape[0]
-    if out_of_range == "clip":
-        return jnp.take(table, positions, axis=0, mode="clip")
-    if not is_traced(positions) and positions.size:
-        values = np.asarray(positions)
-        low, high = int(values.min()), int(values.max())
-        if low < 0 or high >= max_len:
-            raise ValueError(
-                f"`positions` must lie in [0, max_len={max_len}), got values in "
-                f"[{low}, {high}]. Hint: use a larger max_len, or "
-                'out_of_range="clip" to clamp on purpose.'
+    if out_of_range != "clip":
+        if not is_traced(positions) and positions.size:
+            values = np.asarray(positions)
+            low, high = int(values.min()), int(values.max())
+            if low < 0 or high >= max_len:
+                raise ValueError(
+                    f"`positions` must lie in [0, max_len={max_len}), got values in "
+                    f"[{low}, {high}]. Hint: use a larger max_len, or "
+                    'out_of_range="clip" to clamp on purpose.'
+                )
+        if out_of_range == "checkify" and positions.size:
+            checkify.check(
+                jnp.all((positions >= 0) & (positions < max_len)),
+                f"positions must lie in [0, max_len={max_len}); got values in "
+                "[{low}, {high}]",
+                low=jnp.min(positions),
+                high=jnp.max(positions),
             )
-    if out_of_range == "checkify" and positions.size:
-        checkify.check(
-            jnp.all((positions >= 0) & (positions < max_len)),
-            f"positions must lie in [0, max_len={max_len}); got values in "
-            "[{low}, {high}]",
-            low=jnp.min(positions),
-            high=jnp.max(positions),
-        )
-    # jnp.take's own "fill" mode wraps negative indices; mask explicitly instead.
+    # Clamped into the table; the bound capped so that narrow dtypes cannot overflow.
+    last = min(max_len - 1, jnp.iinfo(positions.dtype).max)
+    rows = take_rows(table, jnp.clip(positions, 0, last))
+    if out_of_range == "clip":
+        return rows
+    # Gathers wrap negative indices or clamp; mask out-of-range rows explicitly.
     in_range = (positions >= 0) & (positions < max_len)
-    rows = jnp.take(table, positions, axis=0, mode="clip")
     return jnp.where(in_range[..., None], rows, jnp.nan).astype(table.dtype)

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flax_posenc._gather import take_rows
 from flax_posenc._validation import check_integer_array, check_positive_int
 from flax_posenc.positions import relative_positions
 
@@ -116,7 +117,7 @@ def relative_position_bucket(
         distance = jnp.maximum(-relative_position, 0)
     table = jnp.asarray(_distance_buckets(buckets, max_distance))
     # In bounds by construction: 0 <= min(distance, max_distance) <= max_distance.
-    bucket = table.at[jnp.minimum(distance, max_distance)].get(mode="promise_in_bounds")
+    bucket = take_rows(table, jnp.minimum(distance, max_distance))
     return (offset + bucket).astype(jnp.int32)
 
 
@@ -171,5 +172,5 @@ def relative_position_bias(
         num_buckets=table.shape[0],
         max_distance=max_distance,
     )
-    bias = table.at[buckets].get(mode="promise_in_bounds")  # buckets < num_buckets
+    bias = take_rows(table, buckets)  # 0 <= buckets < num_buckets
     return jnp.moveaxis(bias, -1, -3)

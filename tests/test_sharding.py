@@ -211,9 +211,12 @@ def test_sinusoidal_encoding_sharded_needs_no_communication(axis_type, layout):
     assert_close(got, jax.jit(encode)(POSITIONS))
 
 
+@pytest.mark.parametrize("axis_type", AXIS_TYPES, ids=str)
 @pytest.mark.parametrize("out_of_range", ["nan", "clip"])
-def test_learned_lookup_replicated_table_needs_no_communication(out_of_range):
-    mesh = mesh_of((2, 4), ("data", "seq"))
+def test_learned_lookup_replicated_table_needs_no_communication(
+    out_of_range, axis_type
+):
+    mesh = mesh_of((2, 4), ("data", "seq"), axis_type)
     table = put(TABLE, mesh, P())
     positions = put(POSITIONS, mesh, P("data", "seq"))
 
@@ -221,37 +224,6 @@ def test_learned_lookup_replicated_table_needs_no_communication(out_of_range):
         return fp.learned_embedding_lookup(table, positions, out_of_range=out_of_range)
 
     got = compile_checked(lookup, table, positions)(table, positions)
-    assert_sharding(got, mesh, P("data", "seq", None))
-    np.testing.assert_array_equal(got, TABLE[POSITIONS])
-
-
-def allow_explicit_gather_gap(fn, *args):
-    """``fn(*args)``, or xfail on the known gap of table lookups on Explicit axes.
-
-    On Explicit axes JAX cannot infer a gather's output sharding from a replicated
-    (or feature-sharded) table and sharded indices: ``learned_embedding_lookup``
-    and both gathers of ``relative_position_bias`` (the static bucket table, then the
-    learned bias table) raise ``ShardingTypeError`` (or, for the bucket table, a
-    numpy constant without a mesh, ``ValueError: ... not found in mesh: ()``).
-    They would have to pass
-    ``out_sharding`` = the indices' spec + the table's trailing spec to ``.at[].get``.
-    """
-    try:
-        return fn(*args)
-    except Exception as error:  # jax's ShardingTypeError is not public
-        constant_table = isinstance(error, ValueError) and "in mesh: ()" in str(error)
-        if type(error).__name__ != "ShardingTypeError" and not constant_table:
-            raise
-        pytest.xfail("table lookups need an explicit out_sharding on Explicit axes")
-
-
-def test_learned_lookup_on_explicit_axes():
-    mesh = mesh_of((2, 4), ("data", "seq"), AxisType.Explicit)
-    table = put(TABLE, mesh, P())
-    positions = put(POSITIONS, mesh, P("data", "seq"))
-    got = allow_explicit_gather_gap(
-        jax.jit(fp.learned_embedding_lookup), table, positions
-    )
     assert_sharding(got, mesh, P("data", "seq", None))
     np.testing.assert_array_equal(got, TABLE[POSITIONS])
 
@@ -297,9 +269,7 @@ def test_modules_on_sharded_embeddings_need_no_communication(
     state = jax.device_put(state, NamedSharding(mesh, P()))  # replicated table
     embeddings = put(EMBEDDINGS, mesh, P("data", "seq"))
     positions = None if default_positions else put(POSITIONS, mesh, P("data", "seq"))
-    compiled = allow_explicit_gather_gap(
-        compile_checked, fn, state, embeddings, positions
-    )
+    compiled = compile_checked(fn, state, embeddings, positions)
     got = compiled(state, embeddings, positions)
     assert_sharding(got, mesh, P("data", "seq", None))
     assert_close(got, want)
@@ -446,9 +416,7 @@ def test_attention_biases_sharded_need_no_communication(name, layout, axis_type)
     k_positions = put(POSITIONS, mesh, k_spec)
     # Heads appear in no input: the output sharding asks each device for its heads.
     biased = jax.jit(fn, out_shardings=NamedSharding(mesh, bias_spec))
-    compiled = allow_explicit_gather_gap(
-        lambda: biased.lower(state, q_positions, k_positions).compile()
-    )
+    compiled = biased.lower(state, q_positions, k_positions).compile()
     found = hlo_collectives(compiled.as_text())
     assert not found, f"compiled HLO has collectives {found}"
     got = compiled(state, q_positions, k_positions)
@@ -465,7 +433,7 @@ def test_relative_bias_table_sharded_over_heads_gives_heads_sharded_bias(axis_ty
     def bias(table, positions):
         return fp.relative_position_bias(table, positions, positions)
 
-    compiled = allow_explicit_gather_gap(compile_checked, bias, table, positions)
+    compiled = compile_checked(bias, table, positions)
     got = compiled(table, positions)
     assert_sharding(got, mesh, P("data", "heads"))
     np.testing.assert_array_equal(got, bias(BIAS_TABLE, POSITIONS))
