@@ -57,6 +57,8 @@ def learned_embedding_lookup(
     if not jnp.issubdtype(table.dtype, jnp.floating):
         raise TypeError(f"`table` must be floating point, got dtype {table.dtype}.")
     max_len = table.shape[0]
+    if positions.dtype.itemsize < 4:  # int8 cannot even hold max_len = 300
+        positions = positions.astype(jnp.int32)
     if out_of_range != "clip":
         if not is_traced(positions) and positions.size:
             values = np.asarray(positions)
@@ -75,9 +77,7 @@ def learned_embedding_lookup(
                 low=jnp.min(positions),
                 high=jnp.max(positions),
             )
-    # Clamped into the table; the bound capped so that narrow dtypes cannot overflow.
-    last = min(max_len - 1, jnp.iinfo(positions.dtype).max)
-    rows = take_rows(table, jnp.clip(positions, 0, last))
+    rows = take_rows(table, jnp.clip(positions, 0, max_len - 1))
     if out_of_range == "clip":
         return rows
     # Gathers wrap negative indices or clamp; mask out-of-range rows explicitly.

@@ -47,6 +47,17 @@ def test_clip_of_narrow_positions_on_a_longer_table(dtype):
     np.testing.assert_array_equal(got, np.asarray(table)[np.clip(values, 0, 299)])
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16])
+def test_nan_policy_with_narrow_positions_on_a_longer_table(dtype):
+    # max_len = 300 does not fit int8/uint8: in-range rows must not become NaN.
+    table = jax.random.normal(jax.random.key(1), (300, 2))
+    values = np.array([0, 5, np.iinfo(dtype).max])
+    got = jax.jit(lambda p: fp.learned_embedding_lookup(table, p))(
+        jnp.asarray(values, dtype)
+    )
+    np.testing.assert_array_equal(got, np.asarray(table)[values])
+
+
 def test_checkify_reports_traced_out_of_range():
     lookup = checkify.checkify(
         jax.jit(
