@@ -51,7 +51,7 @@ def test_clip_of_narrow_positions_on_a_longer_table(dtype):
 def test_nan_policy_with_narrow_positions_on_a_longer_table(dtype):
     # max_len = 300 does not fit int8/uint8: in-range rows must not become NaN.
     table = jax.random.normal(jax.random.key(1), (300, 2))
-    values = np.array([0, 5, np.iinfo(dtype).max])
+    values = np.array([0, 5, min(np.iinfo(dtype).max, 299)])
     got = jax.jit(lambda p: fp.learned_embedding_lookup(table, p))(
         jnp.asarray(values, dtype)
     )
