@@ -13,14 +13,14 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from flax_posenc._embed import add_encoding, check_features, embedding_positions
+from flax_posenc._embed import add_learned, add_sinusoidal
 from flax_posenc._rotary import rotate_queries_keys
 from flax_posenc._validation import check_positive_int
 from flax_posenc.alibi import alibi_bias
-from flax_posenc.learned import OutOfRange, learned_embedding_lookup
+from flax_posenc.learned import OutOfRange
 from flax_posenc.relative import check_bucket_sizes, relative_position_bias
 from flax_posenc.rope import RopeConfig
-from flax_posenc.sinusoidal import Layout, Spacing, sinusoidal_encoding
+from flax_posenc.sinusoidal import Layout, Spacing
 
 default_embedding_init = nnx.initializers.normal(stddev=0.02)
 default_relative_bias_init = nnx.initializers.normal(stddev=0.02)
@@ -51,15 +51,14 @@ class SinusoidalPositionalEncoding(nnx.Module):
     def __call__(
         self, embeddings: jax.Array, positions: jax.Array | None = None
     ) -> jax.Array:
-        positions = embedding_positions(embeddings, positions)
-        encoding = sinusoidal_encoding(
+        return add_sinusoidal(
+            embeddings,
             positions,
-            embeddings.shape[-1],
             base=self.base,
             layout=self.layout,
             spacing=self.spacing,
+            dtype=self.dtype,
         )
-        return add_encoding(embeddings, encoding, self.dtype)
 
 
 class LearnedPositionalEmbedding(nnx.Module):
@@ -92,12 +91,13 @@ class LearnedPositionalEmbedding(nnx.Module):
     def __call__(
         self, embeddings: jax.Array, positions: jax.Array | None = None
     ) -> jax.Array:
-        check_features(embeddings, self.max_len, self.features)
-        positions = embedding_positions(embeddings, positions)
-        encoding = learned_embedding_lookup(
-            self.embedding[...], positions, out_of_range=self.out_of_range
+        return add_learned(
+            embeddings,
+            self.embedding[...],
+            positions,
+            out_of_range=self.out_of_range,
+            dtype=self.dtype,
         )
-        return add_encoding(embeddings, encoding, self.dtype)
 
 
 class RotaryEmbedding(nnx.Module):
