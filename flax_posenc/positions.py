@@ -20,6 +20,8 @@ All outputs are ``int32``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -189,3 +191,33 @@ def relative_positions(q_positions: jax.Array, k_positions: jax.Array) -> jax.Ar
     q = jnp.broadcast_to(q_positions, batch + q_positions.shape[-1:])
     k = jnp.broadcast_to(k_positions, batch + k_positions.shape[-1:])
     return k.astype(jnp.int32)[..., None, :] - q.astype(jnp.int32)[..., :, None]
+
+
+def grid_positions(grid_shape: Sequence[int]) -> jax.Array:
+    """Integer coordinates of every cell of a grid, in row-major order.
+
+    For an ``h x w`` patch grid flattened like ``patches.reshape(B, h * w, D)``,
+    token ``t`` sits at ``(t // w, t % w)``.
+
+    Args:
+      grid_shape: the grid's size per axis, e.g. ``(h, w)`` for image patches or
+        ``(frames, h, w)`` for video.
+
+    Returns:
+      int32 ``[prod(grid_shape), len(grid_shape)]``.
+
+    Example:
+      >>> grid_positions((2, 3)).tolist()
+      [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]
+    """
+    if isinstance(grid_shape, (str, bytes)) or not isinstance(grid_shape, Sequence):
+        raise TypeError(
+            f"`grid_shape` must be a sequence of positive ints, got {grid_shape!r}."
+        )
+    if not grid_shape:
+        raise ValueError("`grid_shape` must name at least one axis, got ().")
+    sizes = [
+        check_positive_int(f"grid_shape[{a}]", n) for a, n in enumerate(grid_shape)
+    ]
+    coordinates = np.indices(sizes).reshape(len(sizes), -1).T
+    return jnp.asarray(coordinates, jnp.int32)

@@ -28,6 +28,7 @@ from flax_posenc._angles import position_angles
 from flax_posenc._validation import (
     check_broadcastable,
     check_choice,
+    check_heads_array,
     check_integer_array,
     check_positive_float,
     check_positive_int,
@@ -261,26 +262,44 @@ def rope_rotate(
     check_broadcastable("cos.shape[:-1]", cos.shape[:-1], "x.shape[:-2]", x.shape[:-2])
     half = cos.shape[-1]
     rotary_dim = 2 * half
-    # Pairs on an axis of size 2, so the partner of each feature is a reverse along
-    # that axis: no concatenate over x, which XLA would not fuse.
-    if layout == "half":
-        pairs_shape, table_shape, pair_axis = (2, half), (1, 1, half), -2
-    else:
-        pairs_shape, table_shape, pair_axis = (half, 2), (1, half, 1), -1
-    lead = (1,) * (x.ndim - 2 - (cos.ndim - 1))
-    cos = cos.astype(jnp.float32).reshape(lead + cos.shape[:-1] + table_shape)
-    sin = sin.astype(jnp.float32).reshape(lead + sin.shape[:-1] + table_shape)
-    sign = np.array([-1.0, 1.0], np.float32).reshape(
-        (2, 1) if layout == "half" else (1, 2)
+    head_dim = x.shape[-1]
+    if half == 0:
+        return x
+    # One elementwise pass over x in which every read is at feature i or i +- d (d = R/2
+    # or 1), so XLA vectorises it (a [..., 2, R/2] view of x makes the CPU loop scalar).
+    # The table P holds (cos_j, sin_j) where x holds pair j, so a feature's cos, sin and
+    # partner sit at i, i + d (first of its pair) or i - d, i (second). P is built by a
+    # concatenate (the stack), which XLA keeps out of the loop over x: cos/sin are
+    # materialised once per position, not recomputed for every head and feature.
+    shift, pair_axis = (half, -2) if layout == "half" else (1, -1)
+    index = jax.lax.broadcasted_iota(
+        jnp.int32, (1,) * (x.ndim - 1) + (head_dim,), x.ndim - 1
     )
-    sign = sign.reshape((1,) * (x.ndim - 1) + sign.shape)
-    pairs = x[..., :rotary_dim].astype(jnp.float32).reshape(x.shape[:-1] + pairs_shape)
-    partner = jnp.flip(pairs, axis=pair_axis)
-    rotated = pairs * cos + partner * (sin * sign)
-    rotated = rotated.reshape(x.shape[:-1] + (rotary_dim,)).astype(x.dtype)
-    if rotary_dim == x.shape[-1]:
-        return rotated
-    return jnp.concatenate([rotated, x[..., rotary_dim:]], axis=-1)
+    first = index < half if layout == "half" else index % 2 == 0
+    pairs = jnp.stack([cos.astype(jnp.float32), sin.astype(jnp.float32)], pair_axis)
+    pairs = pairs.reshape(cos.shape[:-1] + (rotary_dim,))
+    # Zero-padded by d on both sides, so P[i - d], P[i], P[i + d] are plain slices.
+    pairs = _pad_features(pairs, shift, head_dim + 2 * shift)
+    lead = (1,) * (x.ndim - 2 - (cos.ndim - 1))
+    pairs = pairs.reshape(lead + cos.shape[:-1] + (1, head_dim + 2 * shift))
+    pairs_down, pairs, pairs_up = (
+        pairs[..., k * shift : k * shift + head_dim] for k in range(3)
+    )
+    xf = x.astype(jnp.float32)
+    x_up = _pad_features(xf[..., shift:], 0, head_dim)
+    x_down = _pad_features(xf[..., : head_dim - shift], shift, head_dim)
+    rotated = jnp.where(
+        first, xf * pairs - x_up * pairs_up, xf * pairs_down + x_down * pairs
+    )
+    if rotary_dim < head_dim:
+        rotated = jnp.where(index < rotary_dim, rotated, xf)
+    return rotated.astype(x.dtype)
+
+
+def _pad_features(t: jax.Array, low: int, size: int) -> jax.Array:
+    """Zero-pads the last axis of ``t`` to ``size``, ``low`` zeros in front."""
+    pad = [(0, 0, 0)] * (t.ndim - 1) + [(low, size - low - t.shape[-1], 0)]
+    return jax.lax.pad(t, jnp.zeros((), t.dtype), pad)
 
 
 def apply_rope(
@@ -312,11 +331,7 @@ def apply_rope(
       >>> fp.apply_rope(q, positions, fp.RopeConfig(head_dim=64)).dtype
       dtype(bfloat16)
     """
-    if x.ndim < 3 or x.shape[-1] != config.head_dim:
-        raise ValueError(
-            f"`x` must be [..., L, N, H] with H = config.head_dim ({config.head_dim}), "
-            f"got shape {x.shape}."
-        )
+    check_heads_array("x", x, config.head_dim)
     positions = check_integer_array("positions", positions)
     check_broadcastable("positions", positions.shape, "x.shape[:-2]", x.shape[:-2])
     cos, sin = rope_cos_sin(positions, config, seq_len=seq_len)

@@ -17,6 +17,7 @@ import flax_posenc as fp
 
 B, L, N, H = 2, 6, 2, 8
 LEARNED_TABLE = jax.random.normal(jax.random.key(3), (64, N * H))
+ROPE = fp.RopeConfig(head_dim=H)
 RELATIVE_TABLE = jax.random.normal(jax.random.key(4), (32, N))
 
 
@@ -55,6 +56,14 @@ ENCODERS = {
         )
     ),
     "learned": add_absolute(lambda p: fp.learned_embedding_lookup(LEARNED_TABLE, p)),
+    "axial_rope_2d": lambda x, p: fp.apply_axial_rope(
+        x, jnp.stack([p // 3, p % 3], axis=-1), ROPE
+    ),
+    "mrope": lambda x, p: fp.apply_mrope(
+        x, jnp.stack([p, p // 2, p % 3]), ROPE, mrope_section=(2, 1, 1)
+    ),
+    "xpos_query": lambda x, p: fp.apply_xpos(x, p, ROPE, is_key=False, center=20),
+    "xpos_key": lambda x, p: fp.apply_xpos(x, p, ROPE, is_key=True, center=20),
 }
 
 
