@@ -206,8 +206,8 @@ def grid_positions(grid_shape: Sequence[int]) -> jax.Array:
     Returns:
       int32 ``[prod(grid_shape), len(grid_shape)]``.
 
-    Example:
-      >>> grid_positions((2, 3)).tolist()
+    Examples:
+      >>> fp.grid_positions((2, 3)).tolist()
       [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]
     """
     if isinstance(grid_shape, (str, bytes)) or not isinstance(grid_shape, Sequence):
