@@ -49,6 +49,20 @@ def learned_embedding_lookup(
       TypeError: non-integer ``positions`` or a non-floating ``table``.
       ValueError: ``table`` not of rank 2, unknown ``out_of_range``, or concrete
         positions outside ``[0, max_len)`` (unless ``out_of_range="clip"``).
+
+    Examples:
+      >>> table = jnp.arange(12.0).reshape(4, 3)  # [max_len=4, D=3]
+      >>> fp.learned_embedding_lookup(table, jnp.array([0, 3])).tolist()
+      [[0.0, 1.0, 2.0], [9.0, 10.0, 11.0]]
+
+      Past the end: an error for concrete positions, NaN rows under ``jit``:
+
+      >>> fp.learned_embedding_lookup(table, jnp.array([4]))
+      Traceback (most recent call last):
+      ...
+      ValueError: `positions` must lie in [0, max_len=4), got values in [4, 4]. Hint: use a larger max_len, or out_of_range="clip" to clamp on purpose.
+      >>> jax.jit(fp.learned_embedding_lookup)(table, jnp.array([4])).tolist()
+      [[nan, nan, nan]]
     """
     positions = check_integer_array("positions", positions)
     check_choice("out_of_range", out_of_range, OUT_OF_RANGE)

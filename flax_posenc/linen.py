@@ -32,8 +32,18 @@ class SinusoidalPositionalEncoding(nn.Module):
     positions integer ``[..., L]`` (default ``0..L-1``). No parameters.
 
     Attributes:
-      base, layout, spacing: as in :func:`flax_posenc.sinusoidal_encoding`.
+      base: as in :func:`flax_posenc.sinusoidal_encoding`.
+      layout: ``"interleaved"`` or ``"concat"``.
+      spacing: ``"paper"`` or ``"tensor2tensor"``.
       dtype: output dtype; None keeps the embeddings' dtype.
+
+    Examples:
+      >>> from flax_posenc import linen as plinen
+      >>> x = jnp.zeros((2, 8, 16), jnp.bfloat16)  # [B, L, D]
+      >>> module = plinen.SinusoidalPositionalEncoding()
+      >>> y = module.apply({}, x)
+      >>> y.shape, y.dtype
+      ((2, 8, 16), dtype(bfloat16))
     """
 
     base: float = 10000.0
@@ -69,6 +79,16 @@ class LearnedPositionalEmbedding(nn.Module):
       param_dtype: dtype of the table.
       embedding_init: initializer of the table.
       out_of_range: ``"nan"``, ``"checkify"`` or ``"clip"``.
+
+    Examples:
+      >>> from flax_posenc import linen as plinen
+      >>> module = plinen.LearnedPositionalEmbedding(max_len=32, features=16)
+      >>> x = jnp.zeros((2, 8, 16))  # [B, L, D]
+      >>> params = module.init(jax.random.key(0), x)
+      >>> params["params"]["embedding"].shape
+      (32, 16)
+      >>> module.apply(params, x, jnp.arange(8) + 4).shape  # positions 4..11
+      (2, 8, 16)
     """
 
     max_len: int
@@ -136,6 +156,11 @@ class ALiBi(nn.Module):
     Attributes:
       num_heads: ``N``.
       dtype: output dtype; None gives float32.
+
+    Examples:
+      >>> from flax_posenc import linen as plinen
+      >>> plinen.ALiBi(num_heads=8).apply({}, jnp.arange(5)).shape  # [N, L, S]
+      (8, 5, 5)
     """
 
     num_heads: int
@@ -160,11 +185,22 @@ class RelativePositionBias(nn.Module):
 
     Attributes:
       num_heads: ``N``.
-      num_buckets, max_distance, bidirectional: as in
-        :func:`flax_posenc.relative_position_bucket`.
+      num_buckets: as in :func:`flax_posenc.relative_position_bucket`.
+      max_distance: as in :func:`flax_posenc.relative_position_bucket`.
+      bidirectional: as in :func:`flax_posenc.relative_position_bucket`.
       dtype: output dtype; None keeps ``param_dtype``.
       param_dtype: dtype of the table.
       embedding_init: initializer of the table.
+
+    Examples:
+      >>> from flax_posenc import linen as plinen
+      >>> module = plinen.RelativePositionBias(num_heads=4, bidirectional=False)
+      >>> positions = jnp.arange(6)[None]  # [B=1, L=6]
+      >>> params = module.init(jax.random.key(0), positions)
+      >>> params["params"]["relative_attention_bias"].shape  # [num_buckets, N]
+      (32, 4)
+      >>> module.apply(params, positions).shape  # [B, N, L, S]
+      (1, 4, 6, 6)
     """
 
     num_heads: int

@@ -30,6 +30,12 @@ class SinusoidalPositionalEncoding(nnx.Module):
     """Adds :func:`flax_posenc.sinusoidal_encoding` to embeddings ``[..., L, D]``.
 
     See :class:`flax_posenc.linen.SinusoidalPositionalEncoding`.
+
+    Examples:
+      >>> from flax_posenc import nnx as pnnx
+      >>> x = jnp.zeros((2, 8, 16), jnp.bfloat16)  # [B, L, D]
+      >>> pnnx.SinusoidalPositionalEncoding(layout="concat")(x).dtype
+      dtype(bfloat16)
     """
 
     layout: Layout
@@ -65,6 +71,14 @@ class LearnedPositionalEmbedding(nnx.Module):
     """Adds a learned table ``embedding [max_len, features]`` to embeddings ``[..., L, D]``.
 
     See :class:`flax_posenc.linen.LearnedPositionalEmbedding`.
+
+    Examples:
+      >>> from flax_posenc import nnx as pnnx
+      >>> module = pnnx.LearnedPositionalEmbedding(32, 16, rngs=nnx.Rngs(0))
+      >>> module.embedding.shape
+      (32, 16)
+      >>> module(jnp.zeros((2, 8, 16))).shape  # [B, L, D], positions 0..7
+      (2, 8, 16)
     """
 
     out_of_range: OutOfRange
@@ -123,6 +137,11 @@ class ALiBi(nnx.Module):
     """The ALiBi attention bias :func:`flax_posenc.alibi_bias`, ``[..., N, L, S]``.
 
     See :class:`flax_posenc.linen.ALiBi`.
+
+    Examples:
+      >>> from flax_posenc import nnx as pnnx
+      >>> pnnx.ALiBi(8)(jnp.array([4]), jnp.arange(5)).shape  # a decode step
+      (8, 1, 5)
     """
 
     def __init__(self, num_heads: int, *, dtype: Any = None):
@@ -141,6 +160,14 @@ class RelativePositionBias(nnx.Module):
     """T5's learned relative position bias :func:`flax_posenc.relative_position_bias`.
 
     See :class:`flax_posenc.linen.RelativePositionBias`.
+
+    Examples:
+      >>> from flax_posenc import nnx as pnnx
+      >>> module = pnnx.RelativePositionBias(4, rngs=nnx.Rngs(0))
+      >>> module.relative_attention_bias.shape  # [num_buckets, N]
+      (32, 4)
+      >>> module(jnp.arange(6)[None]).shape  # [B, N, L, S]
+      (1, 4, 6, 6)
     """
 
     def __init__(

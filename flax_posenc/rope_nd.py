@@ -117,10 +117,10 @@ def apply_axial_rope(
       ValueError: bad shapes, or ``rotary_dim`` not a multiple of ``2A``.
       TypeError: non-integer positions.
 
-    Example:
+    Examples:
       >>> q = jnp.ones((2, 14 * 14, 4, 64), jnp.bfloat16)
-      >>> config = RopeConfig(head_dim=64, theta=10000.0, layout="interleaved")
-      >>> apply_axial_rope(q, grid_positions((14, 14)), config).shape
+      >>> config = fp.RopeConfig(head_dim=64, theta=10000.0, layout="interleaved")
+      >>> fp.apply_axial_rope(q, fp.grid_positions((14, 14)), config).shape
       (2, 196, 4, 64)
     """
     check_heads_array("x", x, config.head_dim)
@@ -244,11 +244,11 @@ def apply_mrope(
       ValueError: bad shapes or sections.
       TypeError: non-integer positions or sections.
 
-    Example:
+    Examples:
       >>> q = jnp.ones((1, 10, 28, 128), jnp.bfloat16)
       >>> positions = jnp.broadcast_to(jnp.arange(10), (3, 1, 10))
-      >>> config = RopeConfig(head_dim=128, theta=1e6)
-      >>> apply_mrope(q, positions, config, mrope_section=(16, 24, 24)).shape
+      >>> config = fp.RopeConfig(head_dim=128, theta=1e6)
+      >>> fp.apply_mrope(q, positions, config, mrope_section=(16, 24, 24)).shape
       (1, 10, 28, 128)
     """
     check_heads_array("x", x, config.head_dim)

@@ -26,6 +26,14 @@ def assert_encoding_shape(
       positions: the integer positions it was computed for.
       dim: the expected number of features ``D``.
       dtype: the expected dtype, or None to skip the check.
+
+    Raises:
+      AssertionError: a wrong shape or dtype, or a non-finite value.
+
+    Examples:
+      >>> positions = jnp.arange(6)
+      >>> pe = fp.sinusoidal_encoding(positions, 4)
+      >>> fp.testing.assert_encoding_shape(pe, positions, 4, dtype=jnp.float32)
     """
     chex.assert_shape(encoding, tuple(positions.shape) + (dim,))
     chex.assert_tree_all_finite(encoding)
@@ -38,9 +46,21 @@ def assert_module_shapes(
 ) -> None:
     """Asserts ``inputs`` and ``outputs`` both have the named shape ``spec``.
 
-    Example:
+    Args:
+      inputs: a module's input.
+      outputs: its output.
+      dims: the sizes of the named dimensions.
+      spec: the expected shape, one letter per dimension (e.g. ``"BLD"``).
+
+    Raises:
+      AssertionError: a shape differs from ``dims[spec]``.
+
+    Examples:
+      >>> from flax_posenc import nnx as pnnx
+      >>> x = jnp.zeros((2, 5, 8))  # [B, L, D]
+      >>> module = pnnx.SinusoidalPositionalEncoding()
       >>> dims = chex.Dimensions(B=2, L=5, D=8)
-      >>> assert_module_shapes(x, module(x), dims=dims, spec="BLD")
+      >>> fp.testing.assert_module_shapes(x, module(x), dims=dims, spec="BLD")
     """
     chex.assert_shape(inputs, dims[spec])
     chex.assert_shape(outputs, dims[spec])
@@ -73,6 +93,19 @@ def assert_relative_offset_linearity(
     Raises:
       AssertionError: naming the offset, the residual and the tolerance.
       ValueError: too few positions for the check to mean anything.
+
+    Examples:
+      >>> encode = lambda p: fp.sinusoidal_encoding(p, 8)
+      >>> fp.testing.assert_relative_offset_linearity(encode, np.arange(32), [1, 5])
+
+      A random table is no linear map of itself shifted:
+
+      >>> table = jax.random.normal(jax.random.key(0), (64, 8))
+      >>> fp.testing.assert_relative_offset_linearity(
+      ...     lambda p: table[p], np.arange(32), [1])
+      Traceback (most recent call last):
+      ...
+      AssertionError: PE(p + k) is not a linear map of PE(p) for offset k=1: ...
     """
     positions = np.asarray(positions)
     base = np.asarray(encode(jax.numpy.asarray(positions)), np.float64)

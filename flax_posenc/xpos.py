@@ -119,7 +119,11 @@ def apply_xpos(
       x: ``[..., L, N, H]`` with ``H == config.head_dim``.
       positions: integer ``[..., L]``, broadcastable to ``x.shape[:-2]``.
       config: the RoPE configuration.
-      is_key, scale_base, gamma, center, seq_len: see :func:`xpos_cos_sin`.
+      is_key: False for queries, True for keys; see :func:`xpos_cos_sin`.
+      scale_base: ``b``, the decay length scale; see :func:`xpos_cos_sin`.
+      gamma: ``gamma`` of ``zeta_i``; see :func:`xpos_cos_sin`.
+      center: integer ``c``, the same for q and k; see :func:`xpos_cos_sin`.
+      seq_len: see :func:`flax_posenc.rope_cos_sin`.
 
     Returns:
       ``[..., L, N, H]`` in ``x.dtype``; features past ``rotary_dim`` unchanged.
@@ -128,12 +132,14 @@ def apply_xpos(
       ValueError: bad shapes or hyper-parameters.
       TypeError: non-integer positions or center, non-bool ``is_key``.
 
-    Example:
-      >>> config = RopeConfig(head_dim=64, layout="interleaved")
+    Examples:
+      >>> config = fp.RopeConfig(head_dim=64, layout="interleaved")
       >>> q = k = jnp.ones((2, 16, 4, 64), jnp.bfloat16)
       >>> positions = jnp.arange(16)
-      >>> q = apply_xpos(q, positions, config, is_key=False, center=8)
-      >>> k = apply_xpos(k, positions, config, is_key=True, center=8)
+      >>> q = fp.apply_xpos(q, positions, config, is_key=False, center=8)
+      >>> k = fp.apply_xpos(k, positions, config, is_key=True, center=8)
+      >>> q.shape, k.dtype
+      ((2, 16, 4, 64), dtype(bfloat16))
     """
     check_heads_array("x", x, config.head_dim)
     positions = check_integer_array("positions", positions)
