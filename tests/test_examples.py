@@ -1,0 +1,115 @@
+"""The examples' model code: shapes per encoding, compile counts, decoding."""
+
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "examples"))
+
+import copy_task
+import decode
+import training
+import transformer
+
+ENCODINGS = transformer.ENCODINGS
+TRAIN = training.TrainConfig(steps=3, batch_size=4, n_train=4, eval_batch_size=4)
+RELATIVE = ("rope", "alibi", "t5")
+
+
+def small_model(encoding: str) -> transformer.Transformer:
+    config = training.model_config(encoding, TRAIN, max_factor=4)
+    return training.init_model(config, seed=0)
+
+
+def batch(n: int, batch_size: int = 2) -> copy_task.Batch:
+    return copy_task.make_batch(
+        jax.random.key(0),
+        batch_size=batch_size,
+        n_max=n,
+        num_symbols=TRAIN.num_symbols,
+        variable_length=False,
+    )
+
+
+def test_copy_batch_layout():
+    b = copy_task.make_batch(
+        jax.random.key(3), batch_size=8, n_max=5, num_symbols=9, variable_length=True
+    )
+    for tokens, targets, mask in zip(b.tokens, b.targets, b.mask, strict=True):
+        seq = np.append(np.asarray(tokens), targets[-1])
+        n = int(np.flatnonzero(seq == copy_task.SEP)[0])
+        symbols = seq[:n]
+        assert len(set(symbols.tolist())) == n  # distinct
+        np.testing.assert_array_equal(seq[n + 1 : 2 * n + 1], symbols)
+        assert np.all(seq[2 * n + 1 :] == copy_task.PAD)
+        np.testing.assert_array_equal(np.asarray(targets)[np.asarray(mask)], symbols)
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_forward_shapes(encoding):
+    model = small_model(encoding)
+    b = batch(n=8)  # 2x the training length
+    logits, cache = jax.jit(lambda m, t, p: m(t, p))(model, b.tokens, b.positions)
+    assert cache is None
+    assert logits.shape == (2, 16, copy_task.vocab_size(TRAIN.num_symbols))
+    assert logits.dtype == jnp.float32
+    assert np.all(np.isfinite(logits))
+
+
+@pytest.mark.parametrize("encoding", ("sinusoidal", "learned", *RELATIVE))
+def test_position_shift(encoding):
+    """Relative encodings see only offsets: shifting every position by 7 keeps the
+    logits; an absolute encoding changes them."""
+    model = small_model(encoding)
+    b = batch(n=4)
+    logits, _ = model(b.tokens, b.positions)
+    shifted, _ = model(b.tokens, b.positions + 7)
+    if encoding in RELATIVE:
+        np.testing.assert_allclose(shifted, logits, atol=2e-5)
+    else:
+        assert np.max(np.abs(shifted - logits)) > 1e-2
+
+
+def test_train_step_compiles_once():
+    model = small_model("learned")
+    graphdef, params = nnx.split(model)
+    tx = training.make_optimizer(TRAIN)
+    opt_state = tx.init(params)
+    step = training.make_train_step(graphdef, tx, TRAIN)
+    losses = []
+    for i in range(3):  # max_traces(1) raises on a retrace
+        params, opt_state, loss = step(params, opt_state, jax.random.key(i))
+        losses.append(float(loss))
+    assert step._cache_size() == 1
+    assert losses[-1] < losses[0]
+
+
+def test_max_traces_catches_a_retrace():
+    f = jax.jit(training.max_traces(1)(lambda x: 2 * x))
+    f(jnp.ones(3))
+    f(jnp.zeros(3))
+    with pytest.raises(AssertionError, match="traced 2 times"):
+        f(jnp.ones(4))
+
+
+@pytest.mark.parametrize("encoding", ("learned", "rope_yarn"))
+def test_evaluate_compiles_once_per_length(encoding):
+    model = small_model(encoding)
+    # evaluate() builds its step with max_traces(len(factors)): a second compile
+    # of any length would raise.
+    accuracy = training.evaluate(model, TRAIN, (1, 2))
+    assert set(accuracy) == {1, 2}
+    assert all(0.0 <= a <= 1.0 for a in accuracy.values())
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_cached_decoding_equals_full_recomputation(encoding):
+    model = transformer.extend_context(small_model(encoding), 2)
+    prompt = batch(n=5, batch_size=2).tokens[:, :6]
+    decoded = decode.check_decoding(model, prompt, steps=5)
+    assert decoded.tokens.shape == (2, 5)
