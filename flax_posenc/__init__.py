@@ -14,7 +14,24 @@ Angles are always formed in float32; outputs keep the input dtype.
 """
 
 from flax_posenc import testing as testing
+from flax_posenc.attention import attention_fn_override as attention_fn_override
+from flax_posenc.attention import positional_attention_fn as positional_attention_fn
 from flax_posenc.learned import learned_embedding_lookup as learned_embedding_lookup
+from flax_posenc.rope import RopeConfig as RopeConfig
+from flax_posenc.rope import RopeTables as RopeTables
+from flax_posenc.rope import apply_rope as apply_rope
+from flax_posenc.rope import rope_cos_sin as rope_cos_sin
+from flax_posenc.rope import rope_frequencies as rope_frequencies
+from flax_posenc.rope import rope_permute_layout as rope_permute_layout
+from flax_posenc.rope import rope_rotate as rope_rotate
+from flax_posenc.rope_scaling import DynamicNTKScaling as DynamicNTKScaling
+from flax_posenc.rope_scaling import LinearScaling as LinearScaling
+from flax_posenc.rope_scaling import Llama3Scaling as Llama3Scaling
+from flax_posenc.rope_scaling import LongRopeScaling as LongRopeScaling
+from flax_posenc.rope_scaling import NTKScaling as NTKScaling
+from flax_posenc.rope_scaling import ProportionalScaling as ProportionalScaling
+from flax_posenc.rope_scaling import RopeFrequencies as RopeFrequencies
+from flax_posenc.rope_scaling import YarnScaling as YarnScaling
 from flax_posenc.sinusoidal import sinusoidal_encoding as sinusoidal_encoding
 from flax_posenc.sinusoidal import sinusoidal_inv_freq as sinusoidal_inv_freq
 from flax_posenc.sinusoidal import sinusoidal_table as sinusoidal_table
@@ -22,7 +39,24 @@ from flax_posenc.sinusoidal import sinusoidal_table as sinusoidal_table
 __version__ = "0.1.0"
 
 __all__ = [
+    "DynamicNTKScaling",
+    "LinearScaling",
+    "Llama3Scaling",
+    "LongRopeScaling",
+    "NTKScaling",
+    "ProportionalScaling",
+    "RopeConfig",
+    "RopeFrequencies",
+    "RopeTables",
+    "YarnScaling",
+    "apply_rope",
+    "attention_fn_override",
     "learned_embedding_lookup",
+    "positional_attention_fn",
+    "rope_cos_sin",
+    "rope_frequencies",
+    "rope_permute_layout",
+    "rope_rotate",
     "sinusoidal_encoding",
     "sinusoidal_inv_freq",
     "sinusoidal_table",

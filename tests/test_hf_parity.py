@@ -1,0 +1,211 @@
+"""Parity with Hugging Face transformers' RoPE, against golden fixtures it generated.
+
+``tests/fixtures/hf_rope.json`` holds, per case, a real or synthetic ``config.json``
+(v4 and v5 forms), the inverse frequencies and attention scaling transformers used,
+its cos/sin, and q rotated by the model's own apply function (see
+``tests/fixtures/README.md`` for the versions and the generating script).
+
+Tolerances. ``inv_freq`` must agree within 1e-6 relative: transformers forms it with a
+float32 ``pow`` whose last bit differs between libraries, while flax_posenc rounds the
+float64 value once. At position ``p`` a relative difference ``r`` of ``inv_freq``
+moves the float32 angle by ``p * inv_freq * r``, so cos/sin are compared with exactly
+that allowance plus float32 rounding, element by element; the rotation itself is
+checked separately on transformers' own cos/sin to 1e-6.
+"""
+
+import functools
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import flax_posenc as fp
+
+FIXTURES = json.loads(
+    (pathlib.Path(__file__).parent / "fixtures" / "hf_rope.json").read_text()
+)
+CASES = {case["name"]: case for case in FIXTURES["cases"]}
+SCALING_OF_ROPE_TYPE = {
+    "default": type(None),
+    "linear": fp.LinearScaling,
+    "dynamic": fp.DynamicNTKScaling,
+    "yarn": fp.YarnScaling,
+    "longrope": fp.LongRopeScaling,
+    "llama3": fp.Llama3Scaling,
+    "proportional": fp.ProportionalScaling,
+}
+
+
+def f32(values):
+    return np.asarray(values, np.float32)
+
+
+def config_of(case):
+    return fp.RopeConfig.from_hf(case["config"], layer_type=case["layer_type"])
+
+
+def deinterleave(x, rotary_dim):
+    """DeepSeek's interleaved apply returns evens then odds; do the same to ours."""
+    order = np.r_[0:rotary_dim:2, 1:rotary_dim:2, rotary_dim : x.shape[-1]]
+    return x[..., order]
+
+
+def test_fixtures_cover_every_family_and_both_forms():
+    assert {c["rope_type"] for c in CASES.values()} == set(SCALING_OF_ROPE_TYPE)
+    assert {c["config_form"] for c in CASES.values()} == {"v4", "v5"}
+    assert FIXTURES["versions"]["transformers"].startswith("5.")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_config_maps_like_transformers(name):
+    case = CASES[name]
+    config = config_of(case)
+    assert config.head_dim == case["head_dim"]
+    assert config.rotary_dim == case["rotary_dim"]
+    assert config.layout == case["layout"]
+    assert isinstance(config.scaling, SCALING_OF_ROPE_TYPE[case["rope_type"]])
+    assert hash(config) == hash(config_of(case))  # usable as a static argument
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_inv_freq_and_attention_scaling(name):
+    case = CASES[name]
+    seq_len = case["seq_len"] or int(np.max(case["positions"])) + 1
+    inv_freq, scaling = jax.jit(
+        functools.partial(fp.rope_frequencies, config_of(case))
+    )(seq_len=seq_len)
+    expected = f32(case["inv_freq"])
+    nonzero = expected != 0
+    np.testing.assert_array_equal(np.asarray(inv_freq)[~nonzero], 0.0)
+    np.testing.assert_allclose(
+        np.asarray(inv_freq)[nonzero], expected[nonzero], rtol=1e-6, atol=0
+    )
+    np.testing.assert_allclose(float(scaling), case["attention_scaling"], rtol=2**-23)
+    _, eager_scaling = fp.rope_frequencies(config_of(case), seq_len=seq_len)
+    np.testing.assert_allclose(eager_scaling, case["attention_scaling"], rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_cos_sin_match_within_angle_rounding(name):
+    case = CASES[name]
+    config = config_of(case)
+    positions = jnp.asarray(case["positions"])
+    cos, sin = jax.jit(fp.rope_cos_sin, static_argnums=1)(positions, config)
+    half = config.rotary_dim // 2
+    hf_cos, hf_sin = f32(case["cos"]), f32(case["sin"])
+    # transformers' tables are full width: [freqs, freqs].
+    np.testing.assert_array_equal(hf_cos[..., :half], hf_cos[..., half:])
+    angle = np.abs(np.asarray(case["positions"], np.float64)[..., None]) * f32(
+        case["inv_freq"]
+    )
+    allowance = case["attention_scaling"] * (angle * (1e-6 + 2**-23) + 2**-22)
+    for ours, theirs in ((cos, hf_cos[..., :half]), (sin, hf_sin[..., :half])):
+        assert np.all(np.abs(np.asarray(ours) - theirs) <= allowance)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_rotation_matches_on_transformers_tables(name):
+    case = CASES[name]
+    config = config_of(case)
+    half = config.rotary_dim // 2
+    cos, sin = f32(case["cos"])[..., :half], f32(case["sin"])[..., :half]
+    rotated = fp.rope_rotate(
+        jnp.asarray(f32(case["q"])), cos, sin, layout=config.layout
+    )
+    if config.layout == "interleaved":
+        rotated = deinterleave(np.asarray(rotated), config.rotary_dim)
+    np.testing.assert_allclose(rotated, f32(case["q_rotated"]), atol=1e-5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_apply_rope_end_to_end(name):
+    case = CASES[name]
+    config = config_of(case)
+    q = jnp.asarray(f32(case["q"]))
+    rotated = jax.jit(fp.apply_rope, static_argnums=2)(
+        q, jnp.asarray(case["positions"]), config
+    )
+    if config.layout == "interleaved":
+        rotated = deinterleave(np.asarray(rotated), config.rotary_dim)
+    angle = np.max(np.abs(case["positions"])) * np.max(f32(case["inv_freq"]))
+    allowance = (
+        2
+        * np.max(np.abs(q))
+        * case["attention_scaling"]
+        * (angle * (1e-6 + 2**-23) + 2**-22)
+    )
+    np.testing.assert_allclose(rotated, f32(case["q_rotated"]), atol=allowance, rtol=0)
+
+
+LLAMA = {"hidden_size": 256, "num_attention_heads": 4, "max_position_embeddings": 4096}
+
+
+@pytest.mark.parametrize(
+    ("config", "layer_type", "error", "match"),
+    [
+        (
+            {**LLAMA, "rope_scaling": {"rope_type": "su"}},
+            None,
+            ValueError,
+            "Unknown rope_type 'su'",
+        ),
+        (
+            {**LLAMA, "rope_theta": 1e4, "rope_scaling": {"rope_type": "linear"}},
+            None,
+            ValueError,
+            r"needs keys \['factor'\]",
+        ),
+        (
+            {
+                **LLAMA,
+                "rope_theta": 1e4,
+                "rope_scaling": {"type": "linear", "factor": 2, "beta": 1},
+            },
+            None,
+            ValueError,
+            r"Unknown keys \['beta'\]",
+        ),
+        (
+            {**LLAMA, "rope_parameters": {"full_attention": {"rope_theta": 1e4}}},
+            None,
+            ValueError,
+            "pass one as `layer_type`",
+        ),
+        (
+            {**LLAMA, "rope_parameters": {"rope_theta": 1e4}},
+            "full_attention",
+            ValueError,
+            "not nested",
+        ),
+        (
+            {"hidden_size": 256, "rope_theta": 1e4},
+            None,
+            ValueError,
+            "names no head_dim",
+        ),
+        ({**LLAMA}, None, ValueError, "names no rope_theta"),
+        ([("rope_theta", 1e4)], None, TypeError, "must be a dict"),
+    ],
+)
+def test_bad_configs_are_rejected(config, layer_type, error, match):
+    with pytest.raises(error, match=match):
+        fp.RopeConfig.from_hf(config, layer_type=layer_type)
+
+
+def test_defaults_are_filled_like_transformers():
+    neox = fp.RopeConfig.from_hf(
+        {
+            "model_type": "gpt_neox",
+            "hidden_size": 512,
+            "num_attention_heads": 4,
+            "rotary_emb_base": 10000,
+        }
+    )
+    assert neox.rotary_dim == 32  # GPTNeoXConfig's default rotary_pct = 0.25
+    deepseek = fp.RopeConfig.from_hf(
+        {"model_type": "deepseek_v3", "qk_rope_head_dim": 64, "rope_theta": 1e4}
+    )
+    assert (deepseek.head_dim, deepseek.layout) == (64, "interleaved")
