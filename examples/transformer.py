@@ -64,6 +64,7 @@ class Config:
     train_len: int = 32
     max_len: int = 128
     rope_theta: float = 10000.0
+    rope_layout: str = "half"
     t5_num_buckets: int = 32
     t5_max_distance: int = 128
 
@@ -99,7 +100,10 @@ def rope_config(config: Config, factor: float = 1.0) -> fp.RopeConfig:
             factor=factor, original_max_position_embeddings=config.train_len
         )
     return fp.RopeConfig(
-        head_dim=config.head_dim, theta=config.rope_theta, scaling=scaling
+        head_dim=config.head_dim,
+        theta=config.rope_theta,
+        layout=config.rope_layout,
+        scaling=scaling,
     )
 
 
@@ -126,6 +130,7 @@ class Attention(nnx.Module):
 
     def __init__(self, config: Config, *, rngs: nnx.Rngs):
         n, h, d = config.num_heads, config.head_dim, config.d_model
+        self.rope_layout = config.rope_layout
         self.qkv = nnx.LinearGeneral(d, (3, n, h), use_bias=False, rngs=rngs)
         self.out = nnx.LinearGeneral((n, h), d, axis=(-2, -1), rngs=rngs)
 
@@ -145,8 +150,8 @@ class Attention(nnx.Module):
         qkv = self.qkv(x)
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
         if rope is not None:
-            q = fp.rope_rotate(q, rope.cos, rope.sin)
-            k = fp.rope_rotate(k, rope.cos, rope.sin)
+            q = fp.rope_rotate(q, rope.cos, rope.sin, layout=self.rope_layout)
+            k = fp.rope_rotate(k, rope.cos, rope.sin, layout=self.rope_layout)
         if cache is not None:
             rows = jnp.arange(x.shape[0])[:, None]
             cache = KVCache(

@@ -1,5 +1,7 @@
 """The examples' model code: shapes per encoding, compile counts, decoding."""
 
+import dataclasses
+import json
 import pathlib
 import sys
 
@@ -9,13 +11,17 @@ import numpy as np
 import pytest
 from flax import nnx
 
+import flax_posenc
+
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "examples"))
 
 import copy_task
 import decode
+import hf_config
 import training
 import transformer
 
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 ENCODINGS = transformer.ENCODINGS
 TRAIN = training.TrainConfig(steps=3, batch_size=4, n_train=4, eval_batch_size=4)
 RELATIVE = ("rope", "alibi", "t5")
@@ -76,7 +82,7 @@ def test_position_shift(encoding):
 
 
 def test_train_step_compiles_once():
-    model = small_model("learned")
+    model = small_model("rope")
     graphdef, params = nnx.split(model)
     tx = training.make_optimizer(TRAIN)
     opt_state = tx.init(params)
@@ -113,3 +119,26 @@ def test_cached_decoding_equals_full_recomputation(encoding):
     prompt = batch(n=5, batch_size=2).tokens[:, :6]
     decoded = decode.check_decoding(model, prompt, steps=5)
     assert decoded.tokens.shape == (2, 5)
+
+
+def test_hf_config_inline_phi3_lists_match_the_fixture():
+    fixture = json.loads((FIXTURES / "hf_rope.json").read_text())
+    (case,) = [
+        c for c in fixture["cases"] if c["name"] == "longrope_phi3_mini_128k_long"
+    ]
+    assert hf_config.PHI_3_MINI_128K == case["config"]
+
+
+def test_hf_config_llama3_wavelengths():
+    """Llama 3 keeps wavelengths below original / high_freq_factor (2048) and
+    multiplies those above original / low_freq_factor (8192) by the factor 8."""
+    config = flax_posenc.RopeConfig.from_hf(hf_config.LLAMA_3_1_8B)
+    plain = dataclasses.replace(config, scaling=None)
+    scaled, attention_scaling = hf_config.wavelengths(config, None)
+    base, _ = hf_config.wavelengths(plain, None)
+    i = np.arange(64, dtype=np.float64)
+    np.testing.assert_allclose(base, 2 * np.pi * 500000.0 ** (2 * i / 128), rtol=1e-6)
+    short, long = base < 2048, base > 8192
+    np.testing.assert_allclose(scaled[short], base[short], rtol=1e-6)
+    np.testing.assert_allclose(scaled[long], 8 * base[long], rtol=1e-6)
+    assert attention_scaling == 1.0
