@@ -14,9 +14,21 @@ Angles are always formed in float32; outputs keep the input dtype.
 """
 
 from flax_posenc import testing as testing
+from flax_posenc.alibi import alibi_bias as alibi_bias
+from flax_posenc.alibi import alibi_slopes as alibi_slopes
 from flax_posenc.attention import attention_fn_override as attention_fn_override
 from flax_posenc.attention import positional_attention_fn as positional_attention_fn
 from flax_posenc.learned import learned_embedding_lookup as learned_embedding_lookup
+from flax_posenc.positions import positions_from_offsets as positions_from_offsets
+from flax_posenc.positions import (
+    positions_from_padding_mask as positions_from_padding_mask,
+)
+from flax_posenc.positions import (
+    positions_from_segment_ids as positions_from_segment_ids,
+)
+from flax_posenc.positions import relative_positions as relative_positions
+from flax_posenc.relative import relative_position_bias as relative_position_bias
+from flax_posenc.relative import relative_position_bucket as relative_position_bucket
 from flax_posenc.rope import RopeConfig as RopeConfig
 from flax_posenc.rope import RopeTables as RopeTables
 from flax_posenc.rope import apply_rope as apply_rope
@@ -49,10 +61,18 @@ __all__ = [
     "RopeFrequencies",
     "RopeTables",
     "YarnScaling",
+    "alibi_bias",
+    "alibi_slopes",
     "apply_rope",
     "attention_fn_override",
     "learned_embedding_lookup",
     "positional_attention_fn",
+    "positions_from_offsets",
+    "positions_from_padding_mask",
+    "positions_from_segment_ids",
+    "relative_position_bias",
+    "relative_position_bucket",
+    "relative_positions",
     "rope_cos_sin",
     "rope_frequencies",
     "rope_permute_layout",

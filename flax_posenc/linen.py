@@ -13,10 +13,14 @@ import jax
 import jax.numpy as jnp
 
 from flax_posenc._embed import add_encoding, check_features, embedding_positions
+from flax_posenc._validation import check_positive_int
+from flax_posenc.alibi import alibi_bias
 from flax_posenc.learned import OutOfRange, learned_embedding_lookup
+from flax_posenc.relative import check_bucket_sizes, relative_position_bias
 from flax_posenc.sinusoidal import Layout, Spacing, sinusoidal_encoding
 
 default_embedding_init = nn.initializers.normal(stddev=0.02)
+default_relative_bias_init = nn.initializers.normal(stddev=0.02)
 
 
 class SinusoidalPositionalEncoding(nn.Module):
@@ -89,3 +93,76 @@ class LearnedPositionalEmbedding(nn.Module):
             table, positions, out_of_range=self.out_of_range
         )
         return add_encoding(embeddings, encoding, self.dtype)
+
+
+class ALiBi(nn.Module):
+    """The ALiBi attention bias :func:`flax_posenc.alibi_bias`, ``[..., N, L, S]``.
+
+    ``module(q_positions, k_positions=None)`` with integer ``q_positions [..., L]``
+    and ``k_positions [..., S]`` (default: ``q_positions``, i.e. self-attention)
+    returns ``-slope_h * |q_pos - k_pos|``, to add to attention logits. No
+    parameters.
+
+    Attributes:
+      num_heads: ``N``.
+      dtype: output dtype; None gives float32.
+    """
+
+    num_heads: int
+    dtype: Any = None
+
+    def __call__(
+        self, q_positions: jax.Array, k_positions: jax.Array | None = None
+    ) -> jax.Array:
+        k_positions = q_positions if k_positions is None else k_positions
+        bias = alibi_bias(q_positions, k_positions, self.num_heads)
+        return bias.astype(self.dtype or jnp.float32)
+
+
+class RelativePositionBias(nn.Module):
+    """T5's learned relative position bias :func:`flax_posenc.relative_position_bias`.
+
+    ``module(q_positions, k_positions=None)`` with integer ``q_positions [..., L]``
+    and ``k_positions [..., S]`` (default: ``q_positions``) returns ``[..., N, L, S]``,
+    to add to attention logits. The parameter ``relative_attention_bias
+    [num_buckets, num_heads]`` has Hugging Face's T5 layout, initialised
+    ``N(0, 0.02^2)`` by default.
+
+    Attributes:
+      num_heads: ``N``.
+      num_buckets, max_distance, bidirectional: as in
+        :func:`flax_posenc.relative_position_bucket`.
+      dtype: output dtype; None keeps ``param_dtype``.
+      param_dtype: dtype of the table.
+      embedding_init: initializer of the table.
+    """
+
+    num_heads: int
+    num_buckets: int = 32
+    max_distance: int = 128
+    bidirectional: bool = True
+    dtype: Any = None
+    param_dtype: Any = jnp.float32
+    embedding_init: Callable[..., jax.Array] = default_relative_bias_init
+
+    @nn.compact
+    def __call__(
+        self, q_positions: jax.Array, k_positions: jax.Array | None = None
+    ) -> jax.Array:
+        check_positive_int("num_heads", self.num_heads)
+        check_bucket_sizes(self.num_buckets, self.max_distance, self.bidirectional)
+        table = self.param(
+            "relative_attention_bias",
+            self.embedding_init,
+            (self.num_buckets, self.num_heads),
+            self.param_dtype,
+        )
+        k_positions = q_positions if k_positions is None else k_positions
+        bias = relative_position_bias(
+            table,
+            q_positions,
+            k_positions,
+            bidirectional=self.bidirectional,
+            max_distance=self.max_distance,
+        )
+        return bias.astype(self.dtype or table.dtype)

@@ -14,10 +14,14 @@ import jax.numpy as jnp
 from flax import nnx
 
 from flax_posenc._embed import add_encoding, check_features, embedding_positions
+from flax_posenc._validation import check_positive_int
+from flax_posenc.alibi import alibi_bias
 from flax_posenc.learned import OutOfRange, learned_embedding_lookup
+from flax_posenc.relative import check_bucket_sizes, relative_position_bias
 from flax_posenc.sinusoidal import Layout, Spacing, sinusoidal_encoding
 
 default_embedding_init = nnx.initializers.normal(stddev=0.02)
+default_relative_bias_init = nnx.initializers.normal(stddev=0.02)
 
 
 class SinusoidalPositionalEncoding(nnx.Module):
@@ -87,3 +91,64 @@ class LearnedPositionalEmbedding(nnx.Module):
             self.embedding[...], positions, out_of_range=self.out_of_range
         )
         return add_encoding(embeddings, encoding, self.dtype)
+
+
+class ALiBi(nnx.Module):
+    """The ALiBi attention bias :func:`flax_posenc.alibi_bias`, ``[..., N, L, S]``.
+
+    See :class:`flax_posenc.linen.ALiBi`.
+    """
+
+    def __init__(self, num_heads: int, *, dtype: Any = None):
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.dtype = dtype
+
+    def __call__(
+        self, q_positions: jax.Array, k_positions: jax.Array | None = None
+    ) -> jax.Array:
+        k_positions = q_positions if k_positions is None else k_positions
+        bias = alibi_bias(q_positions, k_positions, self.num_heads)
+        return bias.astype(self.dtype or jnp.float32)
+
+
+class RelativePositionBias(nnx.Module):
+    """T5's learned relative position bias :func:`flax_posenc.relative_position_bias`.
+
+    See :class:`flax_posenc.linen.RelativePositionBias`.
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        *,
+        num_buckets: int = 32,
+        max_distance: int = 128,
+        bidirectional: bool = True,
+        dtype: Any = None,
+        param_dtype: Any = jnp.float32,
+        embedding_init: Callable[..., jax.Array] = default_relative_bias_init,
+        rngs: nnx.Rngs,
+    ):
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        check_bucket_sizes(num_buckets, max_distance, bidirectional)
+        self.num_buckets = num_buckets
+        self.max_distance = max_distance
+        self.bidirectional = bidirectional
+        self.dtype = dtype
+        self.relative_attention_bias = nnx.Param(
+            embedding_init(rngs.params(), (num_buckets, num_heads), param_dtype)
+        )
+
+    def __call__(
+        self, q_positions: jax.Array, k_positions: jax.Array | None = None
+    ) -> jax.Array:
+        k_positions = q_positions if k_positions is None else k_positions
+        table = self.relative_attention_bias[...]
+        bias = relative_position_bias(
+            table,
+            q_positions,
+            k_positions,
+            bidirectional=self.bidirectional,
+            max_distance=self.max_distance,
+        )
+        return bias.astype(self.dtype or table.dtype)

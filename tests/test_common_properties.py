@@ -2,7 +2,8 @@
 gradients, and no retrace when position values change.
 
 Each entry of ``ENCODERS`` maps ``(x [B, L, N, H], positions int [B, L])`` to an array
-whose dtype must be ``x.dtype``; absolute encodings see ``x`` as ``[B, L, N * H]``.
+whose dtype must be ``x.dtype``; absolute encodings see ``x`` as ``[B, L, N * H]``;
+attention-bias encodings return self-attention logits ``x . x + bias [B, N, L, L]``.
 New encodings add an entry here.
 """
 
@@ -16,6 +17,7 @@ import flax_posenc as fp
 
 B, L, N, H = 2, 6, 2, 8
 LEARNED_TABLE = jax.random.normal(jax.random.key(3), (64, N * H))
+RELATIVE_TABLE = jax.random.normal(jax.random.key(4), (32, N))
 
 
 def add_absolute(encoding_fn):
@@ -27,7 +29,25 @@ def add_absolute(encoding_fn):
     return encoder
 
 
+def add_bias(bias_fn):
+    def encoder(x, positions):
+        x32 = x.astype(jnp.float32)
+        logits = jnp.einsum(
+            "blnh,bsnh->bnls", x32, x32, precision=jax.lax.Precision.HIGHEST
+        )
+        return (logits + bias_fn(positions).astype(jnp.float32)).astype(x.dtype)
+
+    return encoder
+
+
 ENCODERS = {
+    "alibi": add_bias(lambda p: fp.alibi_bias(p, p, N)),
+    "relative": add_bias(lambda p: fp.relative_position_bias(RELATIVE_TABLE, p, p)),
+    "relative_causal": add_bias(
+        lambda p: fp.relative_position_bias(
+            RELATIVE_TABLE, p, p, bidirectional=False, max_distance=20
+        )
+    ),
     "sinusoidal": add_absolute(lambda p: fp.sinusoidal_encoding(p, N * H)),
     "sinusoidal_t2t": add_absolute(
         lambda p: fp.sinusoidal_encoding(

@@ -1,0 +1,152 @@
+"""positional_attention_fn as the attention_fn of Flax's attention modules."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import flax_posenc as fp
+
+B, L, N, H = 2, 7, 4, 8
+D = N * H
+X = jax.random.normal(jax.random.key(0), (B, L, D))
+POSITIONS = jnp.array([list(range(L)), [3, 4, 5, 0, 1, 2, 3]])
+CONFIG = fp.RopeConfig(head_dim=H, theta=500.0)
+
+
+def reference_attention(q, k, v, bias):
+    """Plain float32 softmax attention, q/k already rotated; bias [B, N, L, S]."""
+    logits = jnp.einsum("blnh,bsnh->bnls", q, k) / np.sqrt(H) + bias
+    return jnp.einsum("bnls,bsnh->blnh", jax.nn.softmax(logits, -1), v)
+
+
+def projections(params):
+    q, k, v = (
+        jnp.einsum("bld,dnh->blnh", X, params[name]["kernel"])
+        + params[name]["bias"][None, None]
+        for name in ("query", "key", "value")
+    )
+    return q, k, v
+
+
+def output(params, attended):
+    out = params["out"]
+    return (
+        jnp.einsum("blnh,nhd->bld", attended, out["kernel"]) + out["bias"][None, None]
+    )
+
+
+@pytest.mark.parametrize("encoding", ["rope", "alibi", "both"])
+def test_linen_and_nnx_attention_with_positions(encoding):
+    rope = CONFIG if encoding in ("rope", "both") else None
+    bias = fp.alibi_bias(POSITIONS, POSITIONS, N) if encoding != "rope" else None
+    attention_fn = fp.positional_attention_fn(
+        rope=rope, q_positions=POSITIONS, bias=bias
+    )
+
+    module = nn.MultiHeadDotProductAttention(num_heads=N, attention_fn=attention_fn)
+    variables = module.init(jax.random.key(1), X)
+    got_linen = jax.jit(module.apply)(variables, X)
+
+    params = variables["params"]
+    q, k, v = projections(params)
+    if rope is not None:
+        q, k = fp.apply_rope(q, POSITIONS, rope), fp.apply_rope(k, POSITIONS, rope)
+    zero = jnp.zeros((B, N, L, L))
+    expected = output(
+        params, reference_attention(q, k, v, zero if bias is None else bias)
+    )
+    np.testing.assert_allclose(got_linen, expected, atol=1e-5, rtol=1e-5)
+
+    nnx_module = nnx.MultiHeadAttention(
+        num_heads=N, in_features=D, decode=False, rngs=nnx.Rngs(0)
+    )
+    for name in ("query", "key", "value", "out"):
+        getattr(nnx_module, name).kernel[...] = params[name]["kernel"]
+        getattr(nnx_module, name).bias[...] = params[name]["bias"]
+    with fp.attention_fn_override(nnx_module, attention_fn):
+        got_nnx = nnx_module(X)
+    assert nnx_module.attention_fn is not attention_fn  # restored on exit
+    np.testing.assert_allclose(got_nnx, got_linen, atol=1e-6, rtol=1e-6)
+
+
+def test_wraps_jax_nn_dot_product_attention_with_bias():
+    q, k, v = (
+        jax.random.normal(key, (B, L, N, H))
+        for key in jax.random.split(jax.random.key(2), 3)
+    )
+    bias = fp.alibi_bias(POSITIONS, POSITIONS, N)
+    attend = fp.positional_attention_fn(
+        rope=CONFIG,
+        q_positions=POSITIONS,
+        bias=bias,
+        attention_fn=jax.nn.dot_product_attention,
+    )
+    got = jax.jit(attend)(q, k, v)
+    rotated_q, rotated_k = (
+        fp.apply_rope(q, POSITIONS, CONFIG),
+        fp.apply_rope(k, POSITIONS, CONFIG),
+    )
+    np.testing.assert_allclose(
+        got, reference_attention(rotated_q, rotated_k, v, bias), atol=1e-5
+    )
+
+
+def test_caller_bias_and_position_bias_add_up():
+    q, k, v = (
+        jax.random.normal(key, (B, L, N, H))
+        for key in jax.random.split(jax.random.key(3), 3)
+    )
+    position_bias = fp.alibi_bias(POSITIONS, POSITIONS, N)
+    caller_bias = jax.random.normal(jax.random.key(4), (B, N, L, L))
+    attend = fp.positional_attention_fn(bias=position_bias)
+    got = attend(q, k, v, bias=caller_bias)
+    np.testing.assert_allclose(
+        got, reference_attention(q, k, v, position_bias + caller_bias), atol=1e-5
+    )
+
+
+def test_decode_query_position_differs_from_keys():
+    q = jax.random.normal(jax.random.key(5), (B, 1, N, H))
+    k, v = (
+        jax.random.normal(key, (B, L, N, H))
+        for key in jax.random.split(jax.random.key(6))
+    )
+    q_positions = jnp.full((B, 1), L - 1)
+    k_positions = jnp.arange(L)[None]
+    attend = fp.positional_attention_fn(
+        rope=CONFIG, q_positions=q_positions, k_positions=k_positions
+    )
+    got = attend(q, k, v)
+    rotated_q = fp.apply_rope(q, q_positions, CONFIG)
+    rotated_k = fp.apply_rope(k, k_positions, CONFIG)
+    np.testing.assert_allclose(
+        got,
+        reference_attention(rotated_q, rotated_k, v, jnp.zeros((B, N, 1, L))),
+        atol=1e-5,
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(), "Give `rope`, `bias` or both"),
+        (dict(rope=CONFIG), "`q_positions` is required"),
+        (
+            dict(rope=CONFIG, q_positions=jnp.arange(L) * 1.0),
+            "`q_positions` must be an integer",
+        ),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        fp.positional_attention_fn(**kwargs)
+
+
+def test_bias_of_wrong_shape_is_rejected():
+    attend = fp.positional_attention_fn(bias=jnp.zeros((N, L + 1, L)))
+    q = jnp.zeros((B, L, N, H))
+    with pytest.raises(ValueError, match=r"does not broadcast to the logits"):
+        attend(q, q, q)
