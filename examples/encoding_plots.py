@@ -55,16 +55,58 @@ def plot_rope_score(head_dim: int = 64, factor: float = 4.0, original: int = 256
     return fig
 
 
+def plot_alibi(num_heads: int = 8, length: int = 32):
+    """The bias ALiBi adds to causal logits: one head's ``[L, S]`` map, and the last
+    query's bias against distance for every head (the slopes ``2^(-8h/N)``)."""
+    positions = jnp.arange(length)
+    bias = np.asarray(fp.alibi_bias(positions, positions, num_heads))  # [N, L, S]
+    causal = np.tril(np.ones((length, length), bool))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    image = left.imshow(np.where(causal, bias[0], np.nan), cmap="viridis")
+    left.set(xlabel="key position", ylabel="query position", title="ALiBi bias, head 0")
+    fig.colorbar(image, ax=left)
+    distance = length - 1 - np.arange(length)
+    for h in range(num_heads):
+        right.plot(distance, bias[h, -1], label=f"head {h}")
+    right.set(
+        xlabel="distance q - k",
+        ylabel="bias",
+        title=f"ALiBi bias vs distance ({num_heads} heads)",
+    )
+    right.legend(fontsize="small", ncol=2)
+    return fig
+
+
+def plot_t5_bias(model, length: int):
+    """The bias the trained ``t5`` model learned, per head, against distance."""
+    positions = jnp.arange(length)
+    bias = np.asarray(model.relative(positions[-1:], positions))[:, 0]  # [N, S]
+    distance = length - 1 - np.arange(length)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for h, row in enumerate(bias):
+        ax.plot(distance, row, label=f"head {h}")
+    ax.set(
+        xlabel="distance q - k",
+        ylabel="learned bias",
+        xscale="symlog",
+        xlim=(0, length - 1),
+        title=f"T5 bias learned on the copy task (up to {length} positions shown)",
+    )
+    ax.legend()
+    return fig
+
+
 def save_all(out: pathlib.Path, *, train_len: int, trained: dict) -> str:
     """Saves every picture into ``out``; ``trained`` maps encodings to trained models
     (for the learned T5 bias). Returns the saved file names, comma-separated."""
-    saved = []
-    fig = plot_sinusoidal.plot_table(4 * train_len, 64)
-    fig.savefig(out / "sinusoidal_heatmap.png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    saved.append("sinusoidal_heatmap.png")
-    fig = plot_rope_score()
-    fig.savefig(out / "rope_score_vs_distance.png", dpi=100, bbox_inches="tight")
-    plt.close(fig)
-    saved.append("rope_score_vs_distance.png")
-    return ", ".join(saved)
+    figures = {
+        "sinusoidal_heatmap.png": plot_sinusoidal.plot_table(4 * train_len, 64),
+        "rope_score_vs_distance.png": plot_rope_score(),
+        "alibi_bias.png": plot_alibi(),
+    }
+    if "t5" in trained:
+        figures["t5_bias.png"] = plot_t5_bias(trained["t5"], 4 * train_len)
+    for name, fig in figures.items():
+        fig.savefig(out / name, dpi=100, bbox_inches="tight")
+        plt.close(fig)
+    return ", ".join(figures)
