@@ -14,6 +14,7 @@ from the answer tokens); evaluation batches use ``n = factor * n_train`` exactly
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -37,6 +38,9 @@ def vocab_size(num_symbols: int) -> int:
     return FIRST_SYMBOL + num_symbols
 
 
+@functools.partial(
+    jax.jit, static_argnames=("batch_size", "n_max", "num_symbols", "variable_length")
+)
 def make_batch(
     key: jax.Array,
     *,
@@ -49,7 +53,7 @@ def make_batch(
 
     Inputs are ``seq[:-1]`` of ``seq = x_1..x_n SEP x_1..x_n PAD..`` padded to
     ``2 * n_max + 1``; the mask marks the ``n`` positions whose target is an answer
-    token. Jit-friendly: every shape is static.
+    token. Jitted, with the sizes static.
     """
     if n_max > num_symbols:
         raise ValueError(

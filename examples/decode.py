@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from training import TrainConfig, train_encodings
+from training import TrainConfig, prefer_fast_compilation, train_encodings
 from transformer import ENCODINGS, Transformer, extend_context, init_cache
 
 QUICK = TrainConfig(steps=20, batch_size=16, n_train=4)
@@ -48,42 +48,45 @@ def _forward(graphdef, params, tokens, positions, cache):
 
 
 def decode_cached(model: Transformer, prompt: jax.Array, steps: int) -> Decoded:
-    """Prefill ``prompt [B, P]`` into a cache of ``P + steps`` slots, then decode."""
+    """Prefills ``prompt [B, P]`` into a cache, then decodes one token at a time.
+
+    The cache has ``P + steps - 1`` slots: the last token chosen is never fed back.
+    """
     graphdef, params = nnx.split(model)
     batch, length = prompt.shape
-    cache = init_cache(model.config, batch, length + steps)
+    cache = init_cache(model.config, batch, length + steps - 1)
     positions = jnp.broadcast_to(jnp.arange(length), prompt.shape)
     logits, cache = _forward(graphdef, params, prompt, positions, cache)
     last = logits[:, -1]
-    tokens, chosen = [], []
-    for t in range(steps):
-        token = jnp.argmax(last, axis=-1)
-        tokens.append(token)
-        chosen.append(last)
-        position = jnp.full((batch, 1), length + t)
-        logits, cache = _forward(graphdef, params, token[:, None], position, cache)
+    tokens, chosen = [jnp.argmax(last, axis=-1)], [last]
+    for t in range(1, steps):
+        position = jnp.full((batch, 1), length + t - 1)
+        logits, cache = _forward(graphdef, params, tokens[-1][:, None], position, cache)
         last = logits[:, -1]
+        tokens.append(jnp.argmax(last, axis=-1))
+        chosen.append(last)
     return Decoded(jnp.stack(tokens, axis=1), jnp.stack(chosen, axis=1))
 
 
 def decode_full(model: Transformer, prompt: jax.Array, steps: int) -> Decoded:
     """The same greedy decoding, recomputing the whole sequence at every step.
 
-    The sequence lives in a buffer of ``P + steps`` tokens (one compiled shape);
-    causal attention never lets the unfilled tail reach the logits read.
+    The sequence lives in a buffer of ``P + steps - 1`` tokens (one compiled shape);
+    causal attention keeps the unfilled tail out of the logits read.
     """
     graphdef, params = nnx.split(model)
     batch, length = prompt.shape
-    buffer = jnp.zeros((batch, length + steps), prompt.dtype).at[:, :length].set(prompt)
-    positions = jnp.broadcast_to(jnp.arange(length + steps), buffer.shape)
+    buffer = jnp.zeros((batch, length + steps - 1), prompt.dtype)
+    buffer = buffer.at[:, :length].set(prompt)
+    positions = jnp.broadcast_to(jnp.arange(buffer.shape[1]), buffer.shape)
     tokens, chosen = [], []
     for t in range(steps):
         logits, _ = _forward(graphdef, params, buffer, positions, None)
         last = logits[:, length + t - 1]
-        token = jnp.argmax(last, axis=-1)
-        tokens.append(token)
+        tokens.append(jnp.argmax(last, axis=-1))
         chosen.append(last)
-        buffer = buffer.at[:, length + t].set(token)
+        if t < steps - 1:
+            buffer = buffer.at[:, length + t].set(tokens[-1])
     return Decoded(jnp.stack(tokens, axis=1), jnp.stack(chosen, axis=1))
 
 
@@ -105,6 +108,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, help="training steps per encoding")
     parser.add_argument("--batch", type=int, default=4, help="prompts decoded at once")
     args = parser.parse_args()
+    if args.quick:
+        prefer_fast_compilation()
     train = QUICK if args.quick else TrainConfig()
     if args.steps:
         train = dataclasses.replace(train, steps=args.steps)

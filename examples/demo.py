@@ -28,7 +28,13 @@ matplotlib.use("Agg")
 import encoding_plots
 import matplotlib.pyplot as plt
 import numpy as np
-from training import TrainConfig, Trained, evaluate, train_encodings
+from training import (
+    TrainConfig,
+    Trained,
+    evaluate,
+    prefer_fast_compilation,
+    train_encodings,
+)
 from transformer import ENCODINGS, ROPE_ENCODINGS
 
 FACTORS = (1, 2, 4)
@@ -84,7 +90,6 @@ def plot_accuracy(
     ax.set(
         xlabel="symbols to copy (n)",
         ylabel="answer token accuracy",
-        xscale="log",
         ylim=(-0.02, 1.02),
         title="length generalisation",
     )
@@ -105,6 +110,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args()
+    if args.quick:
+        prefer_fast_compilation()
     start = time.perf_counter()
     train = QUICK if args.quick else TrainConfig()
     train = dataclasses.replace(train, seed=args.seed)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import time
 from collections.abc import Callable, Sequence
 
@@ -33,9 +34,9 @@ from transformer import (
 class TrainConfig:
     """Optimisation and task sizes."""
 
-    steps: int = 1500
+    steps: int = 1200
     batch_size: int = 64
-    n_train: int = 16
+    n_train: int = 8
     num_symbols: int = 64
     learning_rate: float = 3e-3
     warmup_steps: int = 100
@@ -56,6 +57,14 @@ class Trained:
     @property
     def params(self) -> int:
         return count_params(self.model)
+
+
+def prefer_fast_compilation() -> None:
+    """Asks XLA for its cheapest backend optimisation level (``--quick`` runs, which
+    compile far more than they run). Effective only before the first JAX
+    computation of the process."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    os.environ["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level=0".strip()
 
 
 def max_traces(n: int) -> Callable[[Callable], Callable]:
@@ -187,6 +196,12 @@ def init_model(config: Config, seed: int) -> Transformer:
     return nnx.jit(lambda: Transformer(config, rngs=nnx.Rngs(seed)))()
 
 
+def abstract_model(config: Config) -> Transformer:
+    """The model's structure with shape-only parameters (nothing computed), to be
+    filled with ``nnx.update``."""
+    return nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
+
+
 def train_model(
     config: Config, train: TrainConfig, *, progress: bool = True
 ) -> tuple[Transformer, np.ndarray, float]:
@@ -233,7 +248,7 @@ def train_encodings(
         config = model_config(encoding, train, max_factor)
         plain = next((r for r in runs if r.encoding in ROPE_ENCODINGS), None)
         if encoding in ROPE_ENCODINGS and plain is not None:
-            model = init_model(config, train.seed)
+            model = abstract_model(config)
             nnx.update(model, nnx.state(plain.model))
             runs.append(Trained(encoding, model, plain.losses, plain.steps_per_s))
         else:
