@@ -19,6 +19,7 @@ from flax_posenc.alibi import alibi_slopes as alibi_slopes
 from flax_posenc.attention import attention_fn_override as attention_fn_override
 from flax_posenc.attention import positional_attention_fn as positional_attention_fn
 from flax_posenc.learned import learned_embedding_lookup as learned_embedding_lookup
+from flax_posenc.positions import grid_positions as grid_positions
 from flax_posenc.positions import positions_from_offsets as positions_from_offsets
 from flax_posenc.positions import (
     positions_from_padding_mask as positions_from_padding_mask,
@@ -36,6 +37,10 @@ from flax_posenc.rope import rope_cos_sin as rope_cos_sin
 from flax_posenc.rope import rope_frequencies as rope_frequencies
 from flax_posenc.rope import rope_permute_layout as rope_permute_layout
 from flax_posenc.rope import rope_rotate as rope_rotate
+from flax_posenc.rope_nd import apply_axial_rope as apply_axial_rope
+from flax_posenc.rope_nd import apply_mrope as apply_mrope
+from flax_posenc.rope_nd import axial_rope_cos_sin as axial_rope_cos_sin
+from flax_posenc.rope_nd import mrope_cos_sin as mrope_cos_sin
 from flax_posenc.rope_scaling import DynamicNTKScaling as DynamicNTKScaling
 from flax_posenc.rope_scaling import LinearScaling as LinearScaling
 from flax_posenc.rope_scaling import Llama3Scaling as Llama3Scaling
@@ -47,6 +52,8 @@ from flax_posenc.rope_scaling import YarnScaling as YarnScaling
 from flax_posenc.sinusoidal import sinusoidal_encoding as sinusoidal_encoding
 from flax_posenc.sinusoidal import sinusoidal_inv_freq as sinusoidal_inv_freq
 from flax_posenc.sinusoidal import sinusoidal_table as sinusoidal_table
+from flax_posenc.xpos import apply_xpos as apply_xpos
+from flax_posenc.xpos import xpos_cos_sin as xpos_cos_sin
 
 __version__ = "0.1.0"
 
@@ -63,9 +70,15 @@ __all__ = [
     "YarnScaling",
     "alibi_bias",
     "alibi_slopes",
+    "apply_axial_rope",
+    "apply_mrope",
     "apply_rope",
+    "apply_xpos",
     "attention_fn_override",
+    "axial_rope_cos_sin",
+    "grid_positions",
     "learned_embedding_lookup",
+    "mrope_cos_sin",
     "positional_attention_fn",
     "positions_from_offsets",
     "positions_from_padding_mask",
@@ -81,4 +94,5 @@ __all__ = [
     "sinusoidal_inv_freq",
     "sinusoidal_table",
     "testing",
+    "xpos_cos_sin",
 ]

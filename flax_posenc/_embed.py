@@ -12,6 +12,8 @@ from flax_posenc._validation import (
     check_integer_array,
     check_positive_int,
 )
+from flax_posenc.learned import OutOfRange, learned_embedding_lookup
+from flax_posenc.sinusoidal import Layout, Spacing, sinusoidal_encoding
 
 
 def embedding_positions(
@@ -53,3 +55,35 @@ def check_features(embeddings: jax.Array, max_len: int, features: int) -> None:
             f"`embeddings` last dimension must equal features={features}, got shape "
             f"{embeddings.shape}."
         )
+
+
+def add_sinusoidal(
+    embeddings: jax.Array,
+    positions: jax.Array | None,
+    *,
+    base: float,
+    layout: Layout,
+    spacing: Spacing,
+    dtype: Any,
+) -> jax.Array:
+    """``embeddings [..., L, D] + sinusoidal_encoding(positions, D)`` (the modules)."""
+    positions = embedding_positions(embeddings, positions)
+    encoding = sinusoidal_encoding(
+        positions, embeddings.shape[-1], base=base, layout=layout, spacing=spacing
+    )
+    return add_encoding(embeddings, encoding, dtype)
+
+
+def add_learned(
+    embeddings: jax.Array,
+    table: jax.Array,
+    positions: jax.Array | None,
+    *,
+    out_of_range: OutOfRange,
+    dtype: Any,
+) -> jax.Array:
+    """``embeddings [..., L, D] + table[positions]`` (the modules)."""
+    check_features(embeddings, table.shape[0], table.shape[1])
+    positions = embedding_positions(embeddings, positions)
+    encoding = learned_embedding_lookup(table, positions, out_of_range=out_of_range)
+    return add_encoding(embeddings, encoding, dtype)

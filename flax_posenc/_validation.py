@@ -12,6 +12,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
 
 
 def check_positive_int(name: str, value: Any) -> int:
@@ -80,4 +81,14 @@ def check_broadcastable(
 
 def is_traced(value: Any) -> bool:
     """Whether ``value`` is an abstract value inside a JAX transformation."""
-    return isinstance(value, jax.core.Tracer)
+    return isinstance(value, Tracer)
+
+
+def check_heads_array(name: str, x: Any, head_dim: int) -> None:
+    """Raises unless ``x`` is ``[..., L, N, H]`` with ``H == head_dim``."""
+    shape = tuple(getattr(x, "shape", ()))
+    if len(shape) < 3 or shape[-1] != head_dim:
+        raise ValueError(
+            f"`{name}` must be [..., L, N, H] with H = config.head_dim ({head_dim}), "
+            f"got shape {shape}."
+        )

@@ -41,8 +41,10 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
       TypeError: non-int ``num_heads``.
       ValueError: ``num_heads <= 0``.
 
-    Example:
-      >>> alibi_slopes(12)[8:].tolist()
+    Examples:
+      >>> fp.alibi_slopes(8).tolist()  # 2^-1, 2^-2, ..., 2^-8
+      [0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625]
+      >>> fp.alibi_slopes(12)[8:].tolist()  # 2^-0.5, 2^-1.5, 2^-2.5, 2^-3.5
       [0.7071067690849304, 0.3535533845424652, 0.1767766922712326, 0.0883883461356163]
 
     Reference: Press, Smith, Lewis, "Train Short, Test Long: Attention with Linear
@@ -80,8 +82,8 @@ def alibi_bias(
       ValueError: ``num_heads <= 0``, positions of rank 0, or leading dimensions
         that do not broadcast.
 
-    Example:
-      >>> bias = alibi_bias(jnp.array([2]), jnp.arange(4), 2)  # [N=2, L=1, S=4]
+    Examples:
+      >>> bias = fp.alibi_bias(jnp.array([2]), jnp.arange(4), 2)  # [N=2, L=1, S=4]
       >>> bias[:, 0].tolist()
       [[-0.125, -0.0625, -0.0, -0.0625], [-0.0078125, -0.00390625, -0.0, -0.00390625]]
 

@@ -63,29 +63,58 @@ def positional_attention_fn(
       A function with ``attention_fn``'s signature (Flax inspects it to decide which
       keyword arguments to pass).
 
-    Example:
-      >>> positions = jnp.arange(16)[None]
+    Raises:
+      ValueError: neither ``rope`` nor ``bias`` given, ``rope`` without
+        ``q_positions``, or (when called) a ``bias`` that does not broadcast to the
+        logits ``[B, N, L, S]``.
+      TypeError: non-integer positions.
+
+    Examples:
+      RoPE in ``flax.linen.MultiHeadDotProductAttention``:
+
+      >>> positions = jnp.arange(16)[None]  # [B=1, L=16]
       >>> attention = flax.linen.MultiHeadDotProductAttention(
-      ...     num_heads=4, attention_fn=positional_attention_fn(
-      ...         rope=RopeConfig(head_dim=16), q_positions=positions))
+      ...     num_heads=4, attention_fn=fp.positional_attention_fn(
+      ...         rope=fp.RopeConfig(head_dim=16), q_positions=positions))
+      >>> x = jnp.ones((1, 16, 64))  # [B, L, D]: N * H = 4 * 16
+      >>> params = attention.init(jax.random.key(0), x)
+      >>> attention.apply(params, x).shape
+      (1, 16, 64)
+
+      An ALiBi bias with ``jax.nn.dot_product_attention``:
+
+      >>> attend = fp.positional_attention_fn(
+      ...     bias=fp.alibi_bias(jnp.arange(16), jnp.arange(16), 4),
+      ...     attention_fn=jax.nn.dot_product_attention)
+      >>> q = jnp.ones((1, 16, 4, 16))  # [B, L, N, H]
+      >>> attend(q, q, q).shape
+      (1, 16, 4, 16)
     """
     if rope is None and bias is None:
         raise ValueError("Give `rope`, `bias` or both; got neither.")
+    rotate: Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]] | None = None
     if rope is not None:
         if q_positions is None:
             raise ValueError("`q_positions` is required with `rope`.")
-        q_positions = check_integer_array("q_positions", q_positions)
-        k_positions = (
-            q_positions
+        q_pos = check_integer_array("q_positions", q_positions)
+        k_pos = (
+            q_pos
             if k_positions is None
             else check_integer_array("k_positions", k_positions)
         )
 
+        def rotate_qk(query, key):
+            return (
+                apply_rope(query, q_pos, rope, seq_len=seq_len),
+                apply_rope(key, k_pos, rope, seq_len=seq_len),
+            )
+
+        rotate = rotate_qk
+
     @functools.wraps(attention_fn)
     def attend(query, key, value, *args, **kwargs):
-        if rope is not None:
-            query = apply_rope(query, q_positions, rope, seq_len=seq_len)
-            key = apply_rope(key, k_positions, rope, seq_len=seq_len)
+        if rotate is not None:
+            query, key = rotate(query, key)
         if bias is not None:
             logits_shape = query.shape[:-3] + (query.shape[-2], query.shape[-3])
             logits_shape += (key.shape[-3],)
@@ -107,10 +136,27 @@ def attention_fn_override(
     ``with`` block the module attends with ``attention_fn``, and the previous one is
     restored on exit, so no traced positions stay behind on the module.
 
-    Example:
-      >>> with attention_fn_override(self.attention, positional_attention_fn(
-      ...         rope=config, q_positions=positions)):
-      ...     y = self.attention(x)
+    Args:
+      module: a module with an ``attention_fn`` attribute, e.g.
+        ``flax.nnx.MultiHeadAttention``.
+      attention_fn: the attention function to use inside the block, e.g. from
+        :func:`positional_attention_fn`.
+
+    Yields:
+      ``module``, attending with ``attention_fn``.
+
+    Examples:
+      >>> attention = nnx.MultiHeadAttention(num_heads=4, in_features=64,
+      ...     decode=False, rngs=nnx.Rngs(0))
+      >>> x = jnp.ones((2, 8, 64))  # [B, L, D]
+      >>> rope = fp.positional_attention_fn(
+      ...     rope=fp.RopeConfig(head_dim=16), q_positions=jnp.arange(8))
+      >>> with fp.attention_fn_override(attention, rope):
+      ...     y = attention(x)
+      >>> y.shape
+      (2, 8, 64)
+      >>> attention.attention_fn is nnx.dot_product_attention  # restored
+      True
     """
     previous = module.attention_fn
     module.attention_fn = attention_fn

@@ -91,11 +91,16 @@ def rope_config_from_hf(
         that the config does not define (or one missing for a nested config).
       TypeError: ``config`` is not a mapping.
 
-    Example:
-      >>> RopeConfig.from_hf({"hidden_size": 4096, "num_attention_heads": 32,
-      ...     "rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3",
-      ...     "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    Examples:
+      >>> config = fp.RopeConfig.from_hf({"hidden_size": 4096,
+      ...     "num_attention_heads": 32, "rope_theta": 500000.0,
+      ...     "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+      ...     "low_freq_factor": 1.0, "high_freq_factor": 4.0,
       ...     "original_max_position_embeddings": 8192}})
+      >>> config.head_dim, config.layout
+      (128, 'half')
+      >>> config.scaling
+      Llama3Scaling(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192)
     """
     if not isinstance(config, Mapping):
         raise TypeError(f"`config` must be a dict, got {type(config).__name__}.")

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
 
+from flax_posenc._gather import take_rows
 from flax_posenc._validation import check_choice, check_integer_array, is_traced
 
 OutOfRange = Literal["nan", "checkify", "clip"]
@@ -48,6 +49,20 @@ def learned_embedding_lookup(
       TypeError: non-integer ``positions`` or a non-floating ``table``.
       ValueError: ``table`` not of rank 2, unknown ``out_of_range``, or concrete
         positions outside ``[0, max_len)`` (unless ``out_of_range="clip"``).
+
+    Examples:
+      >>> table = jnp.arange(12.0).reshape(4, 3)  # [max_len=4, D=3]
+      >>> fp.learned_embedding_lookup(table, jnp.array([0, 3])).tolist()
+      [[0.0, 1.0, 2.0], [9.0, 10.0, 11.0]]
+
+      Past the end: an error for concrete positions, NaN rows under ``jit``:
+
+      >>> fp.learned_embedding_lookup(table, jnp.array([4]))
+      Traceback (most recent call last):
+      ...
+      ValueError: `positions` must lie in [0, max_len=4), got values in [4, 4]. Hint: use a larger max_len, or out_of_range="clip" to clamp on purpose.
+      >>> jax.jit(fp.learned_embedding_lookup)(table, jnp.array([4])).tolist()
+      [[nan, nan, nan]]
     """
     positions = check_integer_array("positions", positions)
     check_choice("out_of_range", out_of_range, OUT_OF_RANGE)
@@ -56,26 +71,29 @@ def learned_embedding_lookup(
     if not jnp.issubdtype(table.dtype, jnp.floating):
         raise TypeError(f"`table` must be floating point, got dtype {table.dtype}.")
     max_len = table.shape[0]
-    if out_of_range == "clip":
-        return jnp.take(table, positions, axis=0, mode="clip")
-    if not is_traced(positions) and positions.size:
-        values = np.asarray(positions)
-        low, high = int(values.min()), int(values.max())
-        if low < 0 or high >= max_len:
-            raise ValueError(
-                f"`positions` must lie in [0, max_len={max_len}), got values in "
-                f"[{low}, {high}]. Hint: use a larger max_len, or "
-                'out_of_range="clip" to clamp on purpose.'
+    if positions.dtype.itemsize < 4:  # int8 cannot even hold max_len = 300
+        positions = positions.astype(jnp.int32)
+    if out_of_range != "clip":
+        if not is_traced(positions) and positions.size:
+            values = np.asarray(positions)
+            low, high = int(values.min()), int(values.max())
+            if low < 0 or high >= max_len:
+                raise ValueError(
+                    f"`positions` must lie in [0, max_len={max_len}), got values in "
+                    f"[{low}, {high}]. Hint: use a larger max_len, or "
+                    'out_of_range="clip" to clamp on purpose.'
+                )
+        if out_of_range == "checkify" and positions.size:
+            checkify.check(
+                jnp.all((positions >= 0) & (positions < max_len)),
+                f"positions must lie in [0, max_len={max_len}); got values in "
+                "[{low}, {high}]",
+                low=jnp.min(positions),
+                high=jnp.max(positions),
             )
-    if out_of_range == "checkify" and positions.size:
-        checkify.check(
-            jnp.all((positions >= 0) & (positions < max_len)),
-            f"positions must lie in [0, max_len={max_len}); got values in "
-            "[{low}, {high}]",
-            low=jnp.min(positions),
-            high=jnp.max(positions),
-        )
-    # jnp.take's own "fill" mode wraps negative indices; mask explicitly instead.
+    rows = take_rows(table, jnp.clip(positions, 0, max_len - 1))
+    if out_of_range == "clip":
+        return rows
+    # Gathers wrap negative indices or clamp; mask out-of-range rows explicitly.
     in_range = (positions >= 0) & (positions < max_len)
-    rows = jnp.take(table, positions, axis=0, mode="clip")
     return jnp.where(in_range[..., None], rows, jnp.nan).astype(table.dtype)

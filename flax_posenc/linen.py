@@ -12,12 +12,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from flax_posenc._embed import add_encoding, check_features, embedding_positions
+from flax_posenc._embed import add_learned, add_sinusoidal, check_features
+from flax_posenc._rotary import rotate_queries_keys
 from flax_posenc._validation import check_positive_int
 from flax_posenc.alibi import alibi_bias
-from flax_posenc.learned import OutOfRange, learned_embedding_lookup
+from flax_posenc.learned import OutOfRange
 from flax_posenc.relative import check_bucket_sizes, relative_position_bias
-from flax_posenc.sinusoidal import Layout, Spacing, sinusoidal_encoding
+from flax_posenc.rope import RopeConfig
+from flax_posenc.sinusoidal import Layout, Spacing
 
 default_embedding_init = nn.initializers.normal(stddev=0.02)
 default_relative_bias_init = nn.initializers.normal(stddev=0.02)
@@ -30,8 +32,18 @@ class SinusoidalPositionalEncoding(nn.Module):
     positions integer ``[..., L]`` (default ``0..L-1``). No parameters.
 
     Attributes:
-      base, layout, spacing: as in :func:`flax_posenc.sinusoidal_encoding`.
+      base: as in :func:`flax_posenc.sinusoidal_encoding`.
+      layout: ``"interleaved"`` or ``"concat"``.
+      spacing: ``"paper"`` or ``"tensor2tensor"``.
       dtype: output dtype; None keeps the embeddings' dtype.
+
+    Examples:
+      >>> from flax_posenc import linen as plinen
+      >>> x = jnp.zeros((2, 8, 16), jnp.bfloat16)  # [B, L, D]
+      >>> module = plinen.SinusoidalPositionalEncoding()
+      >>> y = module.apply({}, x)
+      >>> y.shape, y.dtype
+      ((2, 8, 16), dtype(bfloat16))
     """
 
     base: float = 10000.0
@@ -42,15 +54,14 @@ class SinusoidalPositionalEncoding(nn.Module):
     def __call__(
         self, embeddings: jax.Array, positions: jax.Array | None = None
     ) -> jax.Array:
-        positions = embedding_positions(embeddings, positions)
-        encoding = sinusoidal_encoding(
+        return add_sinusoidal(
+            embeddings,
             positions,
-            embeddings.shape[-1],
             base=self.base,
             layout=self.layout,
             spacing=self.spacing,
+            dtype=self.dtype,
         )
-        return add_encoding(embeddings, encoding, self.dtype)
 
 
 class LearnedPositionalEmbedding(nn.Module):
@@ -68,6 +79,16 @@ class LearnedPositionalEmbedding(nn.Module):
       param_dtype: dtype of the table.
       embedding_init: initializer of the table.
       out_of_range: ``"nan"``, ``"checkify"`` or ``"clip"``.
+
+    Examples:
+      >>> from flax_posenc import linen as plinen
+      >>> module = plinen.LearnedPositionalEmbedding(max_len=32, features=16)
+      >>> x = jnp.zeros((2, 8, 16))  # [B, L, D]
+      >>> params = module.init(jax.random.key(0), x)
+      >>> params["params"]["embedding"].shape
+      (32, 16)
+      >>> module.apply(params, x, jnp.arange(8) + 4).shape  # positions 4..11
+      (2, 8, 16)
     """
 
     max_len: int
@@ -82,17 +103,46 @@ class LearnedPositionalEmbedding(nn.Module):
         self, embeddings: jax.Array, positions: jax.Array | None = None
     ) -> jax.Array:
         check_features(embeddings, self.max_len, self.features)
-        positions = embedding_positions(embeddings, positions)
         table = self.param(
             "embedding",
             self.embedding_init,
             (self.max_len, self.features),
             self.param_dtype,
         )
-        encoding = learned_embedding_lookup(
-            table, positions, out_of_range=self.out_of_range
+        return add_learned(
+            embeddings,
+            table,
+            positions,
+            out_of_range=self.out_of_range,
+            dtype=self.dtype,
         )
-        return add_encoding(embeddings, encoding, self.dtype)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotates queries and keys with :func:`flax_posenc.rope_rotate` (RoPE).
+
+    ``module(q, k, positions, k_positions=None)`` returns the rotated ``(q, k)``, in
+    their dtypes. ``q: [..., L, N, H]``, ``k: [..., S, N, H]``, ``positions: int
+    [..., L]``. Without ``k_positions`` (self-attention, ``S = L``) one cos/sin table
+    serves both. For KV-cache decoding pass ``k_positions: int [..., S]`` (e.g. the
+    new keys' positions, or ``arange(S)`` for a whole cache); dynamic NTK and LongRoPE
+    then use ``seq_len = max(positions, k_positions) + 1`` for both, so q and k share
+    frequencies. No parameters.
+
+    Attributes:
+      config: the :class:`flax_posenc.RopeConfig`.
+    """
+
+    config: RopeConfig
+
+    def __call__(
+        self,
+        q: jax.Array,
+        k: jax.Array,
+        positions: jax.Array,
+        k_positions: jax.Array | None = None,
+    ) -> tuple[jax.Array, jax.Array]:
+        return rotate_queries_keys(q, k, positions, k_positions, self.config)
 
 
 class ALiBi(nn.Module):
@@ -106,6 +156,11 @@ class ALiBi(nn.Module):
     Attributes:
       num_heads: ``N``.
       dtype: output dtype; None gives float32.
+
+    Examples:
+      >>> from flax_posenc import linen as plinen
+      >>> plinen.ALiBi(num_heads=8).apply({}, jnp.arange(5)).shape  # [N, L, S]
+      (8, 5, 5)
     """
 
     num_heads: int
@@ -130,11 +185,22 @@ class RelativePositionBias(nn.Module):
 
     Attributes:
       num_heads: ``N``.
-      num_buckets, max_distance, bidirectional: as in
-        :func:`flax_posenc.relative_position_bucket`.
+      num_buckets: as in :func:`flax_posenc.relative_position_bucket`.
+      max_distance: as in :func:`flax_posenc.relative_position_bucket`.
+      bidirectional: as in :func:`flax_posenc.relative_position_bucket`.
       dtype: output dtype; None keeps ``param_dtype``.
       param_dtype: dtype of the table.
       embedding_init: initializer of the table.
+
+    Examples:
+      >>> from flax_posenc import linen as plinen
+      >>> module = plinen.RelativePositionBias(num_heads=4, bidirectional=False)
+      >>> positions = jnp.arange(6)[None]  # [B=1, L=6]
+      >>> params = module.init(jax.random.key(0), positions)
+      >>> params["params"]["relative_attention_bias"].shape  # [num_buckets, N]
+      (32, 4)
+      >>> module.apply(params, positions).shape  # [B, N, L, S]
+      (1, 4, 6, 6)
     """
 
     num_heads: int

@@ -13,12 +13,14 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from flax_posenc._embed import add_encoding, check_features, embedding_positions
+from flax_posenc._embed import add_learned, add_sinusoidal
+from flax_posenc._rotary import rotate_queries_keys
 from flax_posenc._validation import check_positive_int
 from flax_posenc.alibi import alibi_bias
-from flax_posenc.learned import OutOfRange, learned_embedding_lookup
+from flax_posenc.learned import OutOfRange
 from flax_posenc.relative import check_bucket_sizes, relative_position_bias
-from flax_posenc.sinusoidal import Layout, Spacing, sinusoidal_encoding
+from flax_posenc.rope import RopeConfig
+from flax_posenc.sinusoidal import Layout, Spacing
 
 default_embedding_init = nnx.initializers.normal(stddev=0.02)
 default_relative_bias_init = nnx.initializers.normal(stddev=0.02)
@@ -28,7 +30,16 @@ class SinusoidalPositionalEncoding(nnx.Module):
     """Adds :func:`flax_posenc.sinusoidal_encoding` to embeddings ``[..., L, D]``.
 
     See :class:`flax_posenc.linen.SinusoidalPositionalEncoding`.
+
+    Examples:
+      >>> from flax_posenc import nnx as pnnx
+      >>> x = jnp.zeros((2, 8, 16), jnp.bfloat16)  # [B, L, D]
+      >>> pnnx.SinusoidalPositionalEncoding(layout="concat")(x).dtype
+      dtype(bfloat16)
     """
+
+    layout: Layout
+    spacing: Spacing
 
     def __init__(
         self,
@@ -46,22 +57,31 @@ class SinusoidalPositionalEncoding(nnx.Module):
     def __call__(
         self, embeddings: jax.Array, positions: jax.Array | None = None
     ) -> jax.Array:
-        positions = embedding_positions(embeddings, positions)
-        encoding = sinusoidal_encoding(
+        return add_sinusoidal(
+            embeddings,
             positions,
-            embeddings.shape[-1],
             base=self.base,
             layout=self.layout,
             spacing=self.spacing,
+            dtype=self.dtype,
         )
-        return add_encoding(embeddings, encoding, self.dtype)
 
 
 class LearnedPositionalEmbedding(nnx.Module):
     """Adds a learned table ``embedding [max_len, features]`` to embeddings ``[..., L, D]``.
 
     See :class:`flax_posenc.linen.LearnedPositionalEmbedding`.
+
+    Examples:
+      >>> from flax_posenc import nnx as pnnx
+      >>> module = pnnx.LearnedPositionalEmbedding(32, 16, rngs=nnx.Rngs(0))
+      >>> module.embedding.shape
+      (32, 16)
+      >>> module(jnp.zeros((2, 8, 16))).shape  # [B, L, D], positions 0..7
+      (2, 8, 16)
     """
+
+    out_of_range: OutOfRange
 
     def __init__(
         self,
@@ -85,18 +105,43 @@ class LearnedPositionalEmbedding(nnx.Module):
     def __call__(
         self, embeddings: jax.Array, positions: jax.Array | None = None
     ) -> jax.Array:
-        check_features(embeddings, self.max_len, self.features)
-        positions = embedding_positions(embeddings, positions)
-        encoding = learned_embedding_lookup(
-            self.embedding[...], positions, out_of_range=self.out_of_range
+        return add_learned(
+            embeddings,
+            self.embedding[...],
+            positions,
+            out_of_range=self.out_of_range,
+            dtype=self.dtype,
         )
-        return add_encoding(embeddings, encoding, self.dtype)
+
+
+class RotaryEmbedding(nnx.Module):
+    """Rotates queries and keys with :func:`flax_posenc.rope_rotate` (RoPE).
+
+    See :class:`flax_posenc.linen.RotaryEmbedding`.
+    """
+
+    def __init__(self, config: RopeConfig):
+        self.config = config
+
+    def __call__(
+        self,
+        q: jax.Array,
+        k: jax.Array,
+        positions: jax.Array,
+        k_positions: jax.Array | None = None,
+    ) -> tuple[jax.Array, jax.Array]:
+        return rotate_queries_keys(q, k, positions, k_positions, self.config)
 
 
 class ALiBi(nnx.Module):
     """The ALiBi attention bias :func:`flax_posenc.alibi_bias`, ``[..., N, L, S]``.
 
     See :class:`flax_posenc.linen.ALiBi`.
+
+    Examples:
+      >>> from flax_posenc import nnx as pnnx
+      >>> pnnx.ALiBi(8)(jnp.array([4]), jnp.arange(5)).shape  # a decode step
+      (8, 1, 5)
     """
 
     def __init__(self, num_heads: int, *, dtype: Any = None):
@@ -115,6 +160,14 @@ class RelativePositionBias(nnx.Module):
     """T5's learned relative position bias :func:`flax_posenc.relative_position_bias`.
 
     See :class:`flax_posenc.linen.RelativePositionBias`.
+
+    Examples:
+      >>> from flax_posenc import nnx as pnnx
+      >>> module = pnnx.RelativePositionBias(4, rngs=nnx.Rngs(0))
+      >>> module.relative_attention_bias.shape  # [num_buckets, N]
+      (32, 4)
+      >>> module(jnp.arange(6)[None]).shape  # [B, N, L, S]
+      (1, 4, 6, 6)
     """
 
     def __init__(

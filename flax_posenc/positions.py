@@ -20,6 +20,8 @@ All outputs are ``int32``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -53,9 +55,6 @@ def positions_from_segment_ids(segment_ids: jax.Array) -> jax.Array:
     (seqio packing numbers them 1, 2, 3, ...). Padding is segment ``0`` and gets
     position ``0``.
 
-    Example: ``segment_ids = [1, 1, 1, 2, 2, 3, 0, 0]`` gives
-    ``[0, 1, 2, 0, 1, 0, 0, 0]``.
-
     Args:
       segment_ids: integer ``[..., L]`` (usually ``[B, L]``), ``0`` for padding.
 
@@ -65,6 +64,11 @@ def positions_from_segment_ids(segment_ids: jax.Array) -> jax.Array:
     Raises:
       TypeError: non-integer ``segment_ids``.
       ValueError: ``segment_ids`` of rank 0.
+
+    Examples:
+      >>> segment_ids = jnp.array([1, 1, 1, 2, 2, 3, 0, 0])
+      >>> fp.positions_from_segment_ids(segment_ids).tolist()
+      [0, 1, 2, 0, 1, 0, 0, 0]
 
     Reference: sequence packing as in Raffel et al. 2020 (T5) and seqio.
     """
@@ -97,6 +101,11 @@ def positions_from_padding_mask(mask: jax.Array) -> jax.Array:
     Raises:
       TypeError: a floating-point ``mask``.
       ValueError: ``mask`` of rank 0.
+
+    Examples:
+      >>> mask = jnp.array([[0, 0, 1, 1, 1], [1, 1, 1, 0, 0]])  # left, right padded
+      >>> fp.positions_from_padding_mask(mask).tolist()
+      [[0, 0, 0, 1, 2], [0, 1, 2, 0, 0]]
     """
     mask = jnp.asarray(mask)
     if mask.dtype != jnp.bool_ and not jnp.issubdtype(mask.dtype, jnp.integer):
@@ -129,6 +138,12 @@ def positions_from_offsets(offsets: jax.Array | int, length: int = 1) -> jax.Arr
     Raises:
       TypeError: non-integer ``offsets`` or ``length``.
       ValueError: ``length <= 0`` or concrete negative ``offsets``.
+
+    Examples:
+      >>> fp.positions_from_offsets(7).tolist()  # one decode step at cache index 7
+      [7]
+      >>> fp.positions_from_offsets(jnp.array([3, 5]), 2).tolist()  # ragged batch
+      [[3, 4], [5, 6]]
     """
     offsets = check_integer_array("offsets", offsets)
     length = check_positive_int("length", length)
@@ -156,6 +171,10 @@ def relative_positions(q_positions: jax.Array, k_positions: jax.Array) -> jax.Ar
     Raises:
       TypeError: non-integer positions.
       ValueError: positions of rank 0, or leading dimensions that do not broadcast.
+
+    Examples:
+      >>> fp.relative_positions(jnp.arange(3), jnp.arange(4)).tolist()
+      [[0, 1, 2, 3], [-1, 0, 1, 2], [-2, -1, 0, 1]]
     """
     q_positions = check_integer_array("q_positions", q_positions)
     k_positions = check_integer_array("k_positions", k_positions)
@@ -172,3 +191,33 @@ def relative_positions(q_positions: jax.Array, k_positions: jax.Array) -> jax.Ar
     q = jnp.broadcast_to(q_positions, batch + q_positions.shape[-1:])
     k = jnp.broadcast_to(k_positions, batch + k_positions.shape[-1:])
     return k.astype(jnp.int32)[..., None, :] - q.astype(jnp.int32)[..., :, None]
+
+
+def grid_positions(grid_shape: Sequence[int]) -> jax.Array:
+    """Integer coordinates of every cell of a grid, in row-major order.
+
+    For an ``h x w`` patch grid flattened like ``patches.reshape(B, h * w, D)``,
+    token ``t`` sits at ``(t // w, t % w)``.
+
+    Args:
+      grid_shape: the grid's size per axis, e.g. ``(h, w)`` for image patches or
+        ``(frames, h, w)`` for video.
+
+    Returns:
+      int32 ``[prod(grid_shape), len(grid_shape)]``.
+
+    Examples:
+      >>> fp.grid_positions((2, 3)).tolist()
+      [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]
+    """
+    if isinstance(grid_shape, (str, bytes)) or not isinstance(grid_shape, Sequence):
+        raise TypeError(
+            f"`grid_shape` must be a sequence of positive ints, got {grid_shape!r}."
+        )
+    if not grid_shape:
+        raise ValueError("`grid_shape` must name at least one axis, got ().")
+    sizes = [
+        check_positive_int(f"grid_shape[{a}]", n) for a, n in enumerate(grid_shape)
+    ]
+    coordinates = np.indices(sizes).reshape(len(sizes), -1).T
+    return jnp.asarray(coordinates, jnp.int32)

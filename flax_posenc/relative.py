@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flax_posenc._gather import take_rows
 from flax_posenc._validation import check_integer_array, check_positive_int
 from flax_posenc.positions import relative_positions
 
@@ -97,9 +98,12 @@ def relative_position_bucket(
       ValueError: odd ``num_buckets`` when bidirectional, fewer than 2 buckets per
         direction, or ``max_distance <= num_buckets_per_direction // 2``.
 
-    Example:
-      >>> relative_position_bucket(jnp.array([-200, -3, 0, 3, 200])).tolist()
+    Examples:
+      >>> r = jnp.array([-200, -3, 0, 3, 200])
+      >>> fp.relative_position_bucket(r).tolist()
       [15, 3, 0, 19, 31]
+      >>> fp.relative_position_bucket(r, bidirectional=False).tolist()
+      [31, 3, 0, 0, 0]
 
     Reference: Raffel et al., "Exploring the Limits of Transfer Learning with a
     Unified Text-to-Text Transformer", JMLR 2020; mesh-tensorflow's
@@ -116,7 +120,7 @@ def relative_position_bucket(
         distance = jnp.maximum(-relative_position, 0)
     table = jnp.asarray(_distance_buckets(buckets, max_distance))
     # In bounds by construction: 0 <= min(distance, max_distance) <= max_distance.
-    bucket = table.at[jnp.minimum(distance, max_distance)].get(mode="promise_in_bounds")
+    bucket = take_rows(table, jnp.minimum(distance, max_distance))
     return (offset + bucket).astype(jnp.int32)
 
 
@@ -139,8 +143,9 @@ def relative_position_bias(
       q_positions: integer ``[..., L]``.
       k_positions: integer ``[..., S]``; leading dimensions broadcast with
         ``q_positions``'s.
-      bidirectional, max_distance: as in :func:`relative_position_bucket`
-        (``num_buckets`` is ``table.shape[0]``).
+      bidirectional: as in :func:`relative_position_bucket`.
+      max_distance: as in :func:`relative_position_bucket` (``num_buckets`` is
+        ``table.shape[0]``).
 
     Returns:
       ``[..., N, L, S]`` in ``table.dtype``.
@@ -151,9 +156,9 @@ def relative_position_bias(
         :func:`relative_position_bucket`), positions of rank 0, or leading
         dimensions that do not broadcast.
 
-    Example:
-      >>> table = jnp.arange(64.0).reshape(32, 2)
-      >>> relative_position_bias(table, jnp.arange(2), jnp.arange(2))[0].tolist()
+    Examples:
+      >>> table = jnp.arange(64.0).reshape(32, 2)  # [num_buckets, N]
+      >>> fp.relative_position_bias(table, jnp.arange(2), jnp.arange(2))[0].tolist()
       [[0.0, 34.0], [2.0, 0.0]]
 
     Reference: Raffel et al., JMLR 2020.
@@ -171,5 +176,5 @@ def relative_position_bias(
         num_buckets=table.shape[0],
         max_distance=max_distance,
     )
-    bias = table.at[buckets].get(mode="promise_in_bounds")  # buckets < num_buckets
+    bias = take_rows(table, buckets)  # 0 <= buckets < num_buckets
     return jnp.moveaxis(bias, -1, -3)

@@ -28,6 +28,7 @@ from flax_posenc._angles import position_angles
 from flax_posenc._validation import (
     check_broadcastable,
     check_choice,
+    check_heads_array,
     check_integer_array,
     check_positive_float,
     check_positive_int,
@@ -57,10 +58,26 @@ class RopeConfig:
       scaling: None (plain RoPE) or one of the families of
         :mod:`flax_posenc.rope_scaling`.
 
-    Example:
-      >>> config = RopeConfig(head_dim=128, theta=500000.0, scaling=Llama3Scaling(
+    Raises:
+      TypeError: non-int ``head_dim`` or ``rotary_dim``, or a ``scaling`` that is not
+        one of the families.
+      ValueError: ``head_dim <= 0``, ``theta <= 0``, an odd ``rotary_dim`` or one
+        larger than ``head_dim``, an unknown ``layout``, or a scaling that does not
+        fit ``rotary_dim``.
+
+    Examples:
+      Llama 3.1 8B:
+
+      >>> config = fp.RopeConfig(head_dim=128, theta=500000.0, scaling=fp.Llama3Scaling(
       ...     factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
       ...     original_max_position_embeddings=8192))
+      >>> config.rotary_dim
+      128
+
+      Partial rotary (GPT-NeoX rotates a quarter of each head):
+
+      >>> fp.RopeConfig(head_dim=64, rotary_dim=16)
+      RopeConfig(head_dim=64, theta=10000.0, rotary_dim=16, layout='half', scaling=None)
     """
 
     head_dim: int
@@ -89,7 +106,14 @@ class RopeConfig:
         self.frequencies()  # validates the scaling against rotary_dim
 
     def frequencies(self, seq_len: Any = None) -> RopeFrequencies:
-        """See :func:`rope_frequencies`."""
+        """Inverse frequencies and attention scaling; see :func:`rope_frequencies`.
+
+        Args:
+          seq_len: the sequence length seen, for dynamic NTK and LongRoPE.
+
+        Returns:
+          ``RopeFrequencies(inv_freq float32 [R/2], attention_scaling)``.
+        """
         rotary_dim: int = self.rotary_dim  # type: ignore[assignment]
         if self.scaling is None:
             inv_freq = default_inv_freq(self.theta, rotary_dim)
@@ -100,7 +124,19 @@ class RopeConfig:
     def from_hf(cls, config: dict, *, layer_type: str | None = None) -> RopeConfig:
         """Builds a config from a Hugging Face ``config.json`` dict (v4 or v5 form).
 
-        See :func:`flax_posenc.hf.rope_config_from_hf`.
+        See :func:`flax_posenc.hf.rope_config_from_hf` for the mapping.
+
+        Args:
+          config: a ``config.json`` as a dict (text config for multimodal models).
+          layer_type: for configs with per-layer-type RoPE (Gemma 3/4); else None.
+
+        Returns:
+          The matching ``RopeConfig``.
+
+        Examples:
+          >>> fp.RopeConfig.from_hf({"model_type": "gpt_neox", "hidden_size": 512,
+          ...     "num_attention_heads": 8, "rotary_emb_base": 10000})
+          RopeConfig(head_dim=64, theta=10000.0, rotary_dim=16, layout='half', scaling=None)
         """
         from flax_posenc.hf import rope_config_from_hf
 
@@ -108,7 +144,14 @@ class RopeConfig:
 
 
 class RopeTables(NamedTuple):
-    """Half-width float32 tables ``[..., R/2]``, attention factor included."""
+    """Half-width float32 tables ``[..., R/2]``, attention factor included.
+
+    Returned by :func:`rope_cos_sin`; pass both to :func:`rope_rotate`.
+
+    Attributes:
+      cos: ``cos(p * inv_freq) * attention_scaling``, float32 ``[..., R/2]``.
+      sin: ``sin(p * inv_freq) * attention_scaling``, float32 ``[..., R/2]``.
+    """
 
     cos: jax.Array
     sin: jax.Array
@@ -126,6 +169,13 @@ def rope_frequencies(config: RopeConfig, *, seq_len: Any = None) -> RopeFrequenc
 
     Returns:
       ``RopeFrequencies(inv_freq float32 [R/2], attention_scaling)``.
+
+    Examples:
+      >>> fp.rope_frequencies(fp.RopeConfig(head_dim=8)).inv_freq.tolist()
+      [1.0, 0.10000000149011612, 0.009999999776482582, 0.0010000000474974513]
+      >>> linear = fp.RopeConfig(head_dim=8, scaling=fp.LinearScaling(factor=2.0))
+      >>> fp.rope_frequencies(linear).inv_freq.tolist()
+      [0.5, 0.05000000074505806, 0.004999999888241291, 0.0005000000237487257]
     """
     return config.frequencies(seq_len)
 
@@ -145,6 +195,16 @@ def rope_cos_sin(
     Returns:
       ``RopeTables(cos, sin)``, each float32 ``positions.shape + (R/2,)``, with the
       attention scaling ``a`` multiplied in.
+
+    Raises:
+      TypeError: non-integer positions.
+
+    Examples:
+      >>> cos, sin = fp.rope_cos_sin(jnp.arange(3), fp.RopeConfig(head_dim=4))
+      >>> cos.shape
+      (3, 2)
+      >>> sin.round(4).tolist()  # sin(p * [1, 0.01])
+      [[0.0, 0.0], [0.8414999842643738, 0.009999999776482582], [0.9092999696731567, 0.019999999552965164]]
     """
     positions = check_integer_array("positions", positions)
     if seq_len is None and isinstance(config.scaling, SEQ_LEN_DEPENDENT):
@@ -166,12 +226,24 @@ def rope_rotate(
 
     Args:
       x: ``[..., L, N, H]``.
-      cos, sin: float ``[..., L, R/2]`` with ``R <= H``, leading dims broadcastable to
-        ``x.shape[:-2]``.
+      cos: float ``[..., L, R/2]`` with ``R <= H``, leading dims broadcastable to
+        ``x.shape[:-2]`` (e.g. from :func:`rope_cos_sin`).
+      sin: the same shape as ``cos``.
       layout: ``"half"`` or ``"interleaved"``.
 
     Returns:
       ``[..., L, N, H]`` in ``x.dtype``.
+
+    Raises:
+      ValueError: ``x`` of rank < 3, ``cos`` and ``sin`` of different shapes, ``R >
+        H``, table dimensions that do not broadcast, or an unknown ``layout``.
+
+    Examples:
+      A quarter turn of the pair ``(1, 0)``:
+
+      >>> x = jnp.array([[[1.0, 0.0]]])  # [L=1, N=1, H=2]
+      >>> fp.rope_rotate(x, jnp.array([[0.0]]), jnp.array([[1.0]])).tolist()
+      [[[0.0, 1.0]]]
     """
     check_choice("layout", layout, LAYOUTS)
     if x.ndim < 3:
@@ -190,26 +262,44 @@ def rope_rotate(
     check_broadcastable("cos.shape[:-1]", cos.shape[:-1], "x.shape[:-2]", x.shape[:-2])
     half = cos.shape[-1]
     rotary_dim = 2 * half
-    # Pairs on an axis of size 2, so the partner of each feature is a reverse along
-    # that axis: no concatenate over x, which XLA would not fuse.
-    if layout == "half":
-        pairs_shape, table_shape, pair_axis = (2, half), (1, 1, half), -2
-    else:
-        pairs_shape, table_shape, pair_axis = (half, 2), (1, half, 1), -1
-    lead = (1,) * (x.ndim - 2 - (cos.ndim - 1))
-    cos = cos.astype(jnp.float32).reshape(lead + cos.shape[:-1] + table_shape)
-    sin = sin.astype(jnp.float32).reshape(lead + sin.shape[:-1] + table_shape)
-    sign = np.array([-1.0, 1.0], np.float32).reshape(
-        (2, 1) if layout == "half" else (1, 2)
+    head_dim = x.shape[-1]
+    if half == 0:
+        return x
+    # One elementwise pass over x in which every read is at feature i or i +- d (d = R/2
+    # or 1), so XLA vectorises it (a [..., 2, R/2] view of x makes the CPU loop scalar).
+    # The table P holds (cos_j, sin_j) where x holds pair j, so a feature's cos, sin and
+    # partner sit at i, i + d (first of its pair) or i - d, i (second). P is built by a
+    # concatenate (the stack), which XLA keeps out of the loop over x: cos/sin are
+    # materialised once per position, not recomputed for every head and feature.
+    shift, pair_axis = (half, -2) if layout == "half" else (1, -1)
+    index = jax.lax.broadcasted_iota(
+        jnp.int32, (1,) * (x.ndim - 1) + (head_dim,), x.ndim - 1
     )
-    sign = sign.reshape((1,) * (x.ndim - 1) + sign.shape)
-    pairs = x[..., :rotary_dim].astype(jnp.float32).reshape(x.shape[:-1] + pairs_shape)
-    partner = jnp.flip(pairs, axis=pair_axis)
-    rotated = pairs * cos + partner * (sin * sign)
-    rotated = rotated.reshape(x.shape[:-1] + (rotary_dim,)).astype(x.dtype)
-    if rotary_dim == x.shape[-1]:
-        return rotated
-    return jnp.concatenate([rotated, x[..., rotary_dim:]], axis=-1)
+    first = index < half if layout == "half" else index % 2 == 0
+    pairs = jnp.stack([cos.astype(jnp.float32), sin.astype(jnp.float32)], pair_axis)
+    pairs = pairs.reshape(cos.shape[:-1] + (rotary_dim,))
+    # Zero-padded by d on both sides, so P[i - d], P[i], P[i + d] are plain slices.
+    pairs = _pad_features(pairs, shift, head_dim + 2 * shift)
+    lead = (1,) * (x.ndim - 2 - (cos.ndim - 1))
+    pairs = pairs.reshape(lead + cos.shape[:-1] + (1, head_dim + 2 * shift))
+    pairs_down, pairs, pairs_up = (
+        pairs[..., k * shift : k * shift + head_dim] for k in range(3)
+    )
+    xf = x.astype(jnp.float32)
+    x_up = _pad_features(xf[..., shift:], 0, head_dim)
+    x_down = _pad_features(xf[..., : head_dim - shift], shift, head_dim)
+    rotated = jnp.where(
+        first, xf * pairs - x_up * pairs_up, xf * pairs_down + x_down * pairs
+    )
+    if rotary_dim < head_dim:
+        rotated = jnp.where(index < rotary_dim, rotated, xf)
+    return rotated.astype(x.dtype)
+
+
+def _pad_features(t: jax.Array, low: int, size: int) -> jax.Array:
+    """Zero-pads the last axis of ``t`` to ``size``, ``low`` zeros in front."""
+    pad = [(0, 0, 0)] * (t.ndim - 1) + [(low, size - low - t.shape[-1], 0)]
+    return jax.lax.pad(t, jnp.zeros((), t.dtype), pad)
 
 
 def apply_rope(
@@ -230,16 +320,18 @@ def apply_rope(
       ValueError: ``H != config.head_dim`` or positions not broadcastable.
       TypeError: non-integer positions.
 
-    Example:
-      >>> q = jnp.ones((2, 16, 4, 64), jnp.bfloat16)
-      >>> apply_rope(q, jnp.arange(16), RopeConfig(head_dim=64)).shape
+    Examples:
+      >>> q = jnp.ones((2, 16, 4, 64), jnp.bfloat16)  # [B, L, N, H]
+      >>> fp.apply_rope(q, jnp.arange(16), fp.RopeConfig(head_dim=64)).shape
       (2, 16, 4, 64)
+
+      Per-sequence positions ``[B, L]``, e.g. of packed or left-padded batches:
+
+      >>> positions = jnp.array([[0, 1, 2, 0] * 4, [0] * 8 + list(range(8))])
+      >>> fp.apply_rope(q, positions, fp.RopeConfig(head_dim=64)).dtype
+      dtype(bfloat16)
     """
-    if x.ndim < 3 or x.shape[-1] != config.head_dim:
-        raise ValueError(
-            f"`x` must be [..., L, N, H] with H = config.head_dim ({config.head_dim}), "
-            f"got shape {x.shape}."
-        )
+    check_heads_array("x", x, config.head_dim)
     positions = check_integer_array("positions", positions)
     check_broadcastable("positions", positions.shape, "x.shape[:-2]", x.shape[:-2])
     cos, sin = rope_cos_sin(positions, config, seq_len=seq_len)
@@ -263,6 +355,26 @@ def rope_permute_layout(
     with identical attention scores. Features past ``rotary_dim`` stay in place.
 
     Interleaved -> half takes features ``(0, 2, ..., R-2, 1, 3, ..., R-1)``.
+
+    Args:
+      w: an array with a per-head feature axis of size ``H``.
+      rotary_dim: ``R``, the number of rotated features (even, ``<= H``).
+      source: the layout ``w`` was trained for, ``"half"`` or ``"interleaved"``.
+      target: the layout it will be used with.
+      axis: the per-head feature axis of ``w``.
+
+    Returns:
+      ``w`` with that axis reordered (unchanged when ``source == target``).
+
+    Raises:
+      TypeError: non-int ``rotary_dim``.
+      ValueError: an unknown layout, or an odd ``rotary_dim`` or one larger than the
+        axis.
+
+    Examples:
+      >>> fp.rope_permute_layout(jnp.arange(6), rotary_dim=4, source="interleaved",
+      ...     target="half").tolist()
+      [0, 2, 1, 3, 4, 5]
     """
     check_choice("source", source, LAYOUTS)
     check_choice("target", target, LAYOUTS)

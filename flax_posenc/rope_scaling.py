@@ -41,13 +41,15 @@ def _static(inv_freq: np.ndarray, attention_scaling: float = 1.0) -> RopeFrequen
     return RopeFrequencies(jnp.asarray(inv_freq, jnp.float32), float(attention_scaling))
 
 
-def _check_factor(scaling, name: str = "factor", *, at_least_one: bool = False) -> None:
-    value = check_positive_float(
-        f"{type(scaling).__name__}.{name}", getattr(scaling, name)
-    )
-    if at_least_one and value < 1.0:
+def _check_factor(scaling, name: str = "factor") -> None:
+    check_positive_float(f"{type(scaling).__name__}.{name}", getattr(scaling, name))
+
+
+def _check_rotary_dim_above_two(scaling, rotary_dim: int) -> None:
+    """The NTK exponent ``R / (R - 2)`` needs ``R > 2``."""
+    if rotary_dim <= 2:
         raise ValueError(
-            f"`{type(scaling).__name__}.{name}` must be >= 1, got {value}."
+            f"{type(scaling).__name__} needs rotary_dim > 2, got {rotary_dim}."
         )
 
 
@@ -76,8 +78,7 @@ class NTKScaling:
 
     def frequencies(self, theta, rotary_dim, seq_len=None) -> RopeFrequencies:
         del seq_len
-        if rotary_dim <= 2:
-            raise ValueError(f"NTKScaling needs rotary_dim > 2, got {rotary_dim}.")
+        _check_rotary_dim_above_two(self, rotary_dim)
         scaled_theta = theta * self.alpha ** (rotary_dim / (rotary_dim - 2))
         return _static(default_inv_freq(scaled_theta, rotary_dim))
 
@@ -103,14 +104,18 @@ class DynamicNTKScaling:
         )
 
     def frequencies(self, theta, rotary_dim, seq_len=None) -> RopeFrequencies:
+        _check_rotary_dim_above_two(self, rotary_dim)
         original = self.original_max_position_embeddings
         if seq_len is None:
             seq_len = original
         seq_len = jnp.maximum(jnp.asarray(seq_len, jnp.float32), float(original))
         ratio = self.factor * seq_len / original - (self.factor - 1.0)
-        log_theta = math.log(theta) + jnp.log(ratio) * (rotary_dim / (rotary_dim - 2))
-        exponent = jnp.arange(0, rotary_dim, 2, dtype=jnp.float32) / rotary_dim
-        return RopeFrequencies(jnp.exp(-log_theta * exponent), 1.0)
+        # theta'^(-2i/R) = theta^(-2i/R) * ratio^(-(R/(R-2)) 2i/R): the static part is
+        # rounded once, and the traced correction is exactly 1 up to the original length.
+        exponent = np.arange(0, rotary_dim, 2) / (rotary_dim - 2)
+        growth = jnp.exp(-jnp.log(ratio) * jnp.asarray(exponent, jnp.float32))
+        base = jnp.asarray(default_inv_freq(theta, rotary_dim), jnp.float32)
+        return RopeFrequencies(base * growth, 1.0)
 
 
 def yarn_mscale(scale: float, mscale: float = 1.0) -> float:

@@ -50,6 +50,24 @@ def sinusoidal_inv_freq(
 
     ``paper``: ``base^(-2i / D)``; ``tensor2tensor``: ``base^(-i / max(D // 2 - 1, 1))``.
     Computed in float64 and rounded once to float32 (static sizes only).
+
+    Args:
+      dim: ``D``, the number of features.
+      base: the base of the geometric frequency progression.
+      spacing: ``"paper"`` or ``"tensor2tensor"``.
+
+    Returns:
+      float32 ``[D // 2]`` (a static numpy array).
+
+    Raises:
+      TypeError: non-int ``dim``.
+      ValueError: ``dim <= 0``, ``base <= 0`` or an unknown ``spacing``.
+
+    Examples:
+      >>> fp.sinusoidal_inv_freq(6).tolist()  # 10000^(-i/3), rounded to float32
+      [1.0, 0.04641588777303696, 0.002154434798285365]
+      >>> fp.sinusoidal_inv_freq(6, spacing="tensor2tensor").tolist()
+      [1.0, 0.009999999776482582, 9.999999747378752e-05]
     """
     dim = check_positive_int("dim", dim)
     base = check_positive_float("base", base)
@@ -92,10 +110,12 @@ def sinusoidal_encoding(
       TypeError: non-integer ``positions`` or non-int ``dim``.
       ValueError: ``dim <= 0``, ``base <= 0``, unknown ``layout`` or ``spacing``.
 
-    Example:
-      >>> pe = sinusoidal_encoding(jnp.arange(8), 6)
+    Examples:
+      >>> pe = fp.sinusoidal_encoding(jnp.arange(8), 6)
       >>> pe.shape
       (8, 6)
+      >>> fp.sinusoidal_encoding(jnp.array([[0, 1]]), 4, dtype=jnp.bfloat16).dtype
+      dtype(bfloat16)
 
     Reference: Vaswani et al., "Attention Is All You Need", 2017, section 3.5.
     """
@@ -126,9 +146,24 @@ def sinusoidal_table(
 ) -> jax.Array:
     """The table ``[max_len, D]`` of :func:`sinusoidal_encoding` for positions 0..max_len-1.
 
-    Example:
-      >>> table = sinusoidal_table(8, 6)
-      >>> [round(float(v), 4) for v in table[1]]
+    Args:
+      max_len: the number of positions (rows).
+      dim: ``D``, the number of features.
+      base: the base of the geometric frequency progression.
+      layout: ``"interleaved"`` or ``"concat"``.
+      spacing: ``"paper"`` or ``"tensor2tensor"``.
+      dtype: output dtype; the computation is float32 regardless.
+
+    Returns:
+      ``[max_len, D]`` in ``dtype``.
+
+    Raises:
+      TypeError: non-int ``max_len`` or ``dim``.
+      ValueError: ``max_len <= 0`` or a bad argument of :func:`sinusoidal_encoding`.
+
+    Examples:
+      >>> table = fp.sinusoidal_table(8, 6)
+      >>> [round(float(v), 4) for v in table[1]]  # sin(1), cos(1), sin(1/21.5), ...
       [0.8415, 0.5403, 0.0464, 0.9989, 0.0022, 1.0]
     """
     max_len = check_positive_int("max_len", max_len)

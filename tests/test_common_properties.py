@@ -7,16 +7,20 @@ attention-bias encodings return self-attention logits ``x . x + bias [B, N, L, L
 New encodings add an entry here.
 """
 
+import functools
+
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import rope_reference as ref
 
 import flax_posenc as fp
 
 B, L, N, H = 2, 6, 2, 8
 LEARNED_TABLE = jax.random.normal(jax.random.key(3), (64, N * H))
+ROPE = fp.RopeConfig(head_dim=H)
 RELATIVE_TABLE = jax.random.normal(jax.random.key(4), (32, N))
 
 
@@ -55,7 +59,25 @@ ENCODERS = {
         )
     ),
     "learned": add_absolute(lambda p: fp.learned_embedding_lookup(LEARNED_TABLE, p)),
+    "rope_interleaved_partial": lambda x, p: fp.apply_rope(
+        x, p, fp.RopeConfig(head_dim=H, rotary_dim=H // 2, layout="interleaved")
+    ),
+    "axial_rope_2d": lambda x, p: fp.apply_axial_rope(
+        x, jnp.stack([p // 3, p % 3], axis=-1), ROPE
+    ),
+    "mrope": lambda x, p: fp.apply_mrope(
+        x, jnp.stack([p, p // 2, p % 3]), ROPE, mrope_section=(2, 1, 1)
+    ),
+    "xpos_query": lambda x, p: fp.apply_xpos(x, p, ROPE, is_key=False, center=20),
+    "xpos_key": lambda x, p: fp.apply_xpos(x, p, ROPE, is_key=True, center=20),
 }
+# RoPE, plain and one per scaling family. The offsets below take dynamic NTK and
+# LongRoPE (original length 16) across their switch without a retrace.
+for _family in ref.FAMILIES:
+    if _family in ("yarn_mscale", "yarn_untruncated"):
+        continue
+    _config = ref.make_config(_family, head_dim=H, original=16)
+    ENCODERS[f"rope_{_family}"] = functools.partial(fp.apply_rope, config=_config)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])

@@ -35,6 +35,29 @@ def test_clip_is_an_explicit_opt_in():
     np.testing.assert_array_equal(got, TABLE[jnp.array([0, 9])])
 
 
+@pytest.mark.parametrize("dtype", [jnp.int8, jnp.uint8, jnp.int16])
+def test_clip_of_narrow_positions_on_a_longer_table(dtype):
+    # max_len - 1 = 299 does not fit int8/uint8: the clamp must not overflow.
+    table = jax.random.normal(jax.random.key(1), (300, 2))
+    info = np.iinfo(dtype)
+    values = np.array([info.min, 0, 5, info.max])
+    got = jax.jit(lambda p: fp.learned_embedding_lookup(table, p, out_of_range="clip"))(
+        jnp.asarray(values, dtype)
+    )
+    np.testing.assert_array_equal(got, np.asarray(table)[np.clip(values, 0, 299)])
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16])
+def test_nan_policy_with_narrow_positions_on_a_longer_table(dtype):
+    # max_len = 300 does not fit int8/uint8: in-range rows must not become NaN.
+    table = jax.random.normal(jax.random.key(1), (300, 2))
+    values = np.array([0, 5, min(np.iinfo(dtype).max, 299)])
+    got = jax.jit(lambda p: fp.learned_embedding_lookup(table, p))(
+        jnp.asarray(values, dtype)
+    )
+    np.testing.assert_array_equal(got, np.asarray(table)[values])
+
+
 def test_checkify_reports_traced_out_of_range():
     lookup = checkify.checkify(
         jax.jit(

@@ -1,0 +1,301 @@
+"""Speed and memory of ``apply_rope`` against a copy floor and a naive rotate_half.
+
+In one process, for q ``[B, L, N, H]`` in float32 and bfloat16, times (compile apart
+from steady state, ``block_until_ready``, round-robin repeats, median):
+
+* ``floor``: ``q * 2`` under ``jit``, one read and one write of q: the memory-bound
+  floor that any elementwise RoPE is measured against;
+* ``apply_rope [B,L]`` / ``apply_rope [L]``: cos/sin formed from int positions inside
+  ``jit`` (``[B, L]``, and ``[L]`` broadcast over the batch);
+* ``cos/sin [B,L]``: ``rope_cos_sin`` alone, the table part of ``apply_rope [B,L]``;
+* ``naive``: Hugging Face's torch ``apply_rotary_pos_emb`` translated to jnp
+  (full-width ``cat(freqs, freqs)`` tables cast to q's dtype, ``rotate_half`` by
+  ``concatenate``), positions ``[B, L]``.
+
+It prints the ratios apply_rope / floor and naive / apply_rope, each program's compiled
+temp memory (``memory_analysis().temp_size_in_bytes``), and from the optimized HLO how
+many top-level ops write a full q-sized array and where sin/cos are evaluated. A last
+'long context' line times q ``[1, 32768, 32, 128]`` bfloat16 and reports the achieved
+bandwidth (q read + written, tables not counted) and, on a device whose peak is known
+or given by ``--peak-gbps``, the fraction of it.
+
+Run: ``python benchmarks/rope_benchmark.py`` (``--quick`` for small shapes, for CI;
+``--json out.json`` to save the figures). On CPU, glibc's allocator page-faults on every
+fresh large output, which hides compute; see ``benchmarks/README.md`` for the jemalloc
+run the targets refer to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import flax_posenc as fp
+
+# Peak memory bandwidth (GB/s) of a few devices, by jax's ``device_kind``.
+PEAK_GBPS = {
+    "NVIDIA H200": 4800.0,
+    "NVIDIA H100 80GB HBM3": 3350.0,
+    "NVIDIA A100-SXM4-80GB": 2039.0,
+    "NVIDIA A100-SXM4-40GB": 1555.0,
+    "TPU v4": 1200.0,
+    "TPU v5 lite": 819.0,
+    "TPU v5p": 2765.0,
+    "TPU v6 lite": 1640.0,
+}
+TARGET_RATIO = {"float32": 1.3, "bfloat16": 2.0}
+TRIVIAL_OPS = {"parameter", "constant", "bitcast", "tuple", "get-tuple-element"}
+
+
+def naive_rope(q: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
+    """Hugging Face's ``apply_rotary_pos_emb`` with ``rotate_half``, in jnp."""
+    freqs = positions.astype(jnp.float32)[..., None] * inv_freq[None, None, :]
+    emb = jnp.concatenate([freqs, freqs], axis=-1)
+    cos = jnp.cos(emb).astype(q.dtype)[:, :, None, :]
+    sin = jnp.sin(emb).astype(q.dtype)[:, :, None, :]
+    half = q.shape[-1] // 2
+    rotated = jnp.concatenate([-q[..., half:], q[..., :half]], axis=-1)
+    return q * cos + rotated * sin
+
+
+INSTRUCTION = re.compile(r"^  (?:ROOT )?%\S+ = (\([^)]*\)|\S+) ([a-z\-]+)\(")
+
+
+def hlo_summary(hlo: str, q_size: int) -> dict[str, Any]:
+    """Top-level ops writing >= q_size elements, and the sizes where sin/cos run."""
+    computations: dict[str, list[tuple[str, str, str]]] = {}
+    name = ""
+    for line in hlo.splitlines():
+        header = re.match(r"^(ENTRY )?%(\S+) .*\{$", line)
+        instruction = INSTRUCTION.match(line)
+        if header:
+            name = "ENTRY" if header.group(1) else header.group(2)
+            computations[name] = []
+        elif name and instruction:
+            computations[name].append((*instruction.groups(), line))
+    has_trig = {
+        comp: any(op in ("sine", "cosine") for _, op, _ in ops)
+        for comp, ops in computations.items()
+    }
+    full_q_ops, trig_sizes = [], set()
+    for result_type, op, line in computations.get("ENTRY", []):
+        if op in TRIVIAL_OPS:
+            continue
+        size = max(
+            (
+                int(np.prod([int(d) for d in dims.split(",") if d]))
+                for dims in re.findall(r"\[([\d,]*)\]", result_type)
+            ),
+            default=0,
+        )
+        if size >= q_size:
+            full_q_ops.append(op)
+        called = re.findall(r"(?:calls|to_apply)=%([\w.\-]+)", line)
+        if op in ("sine", "cosine") or any(has_trig.get(c, False) for c in called):
+            trig_sizes.add(size)
+    return {"full_q_ops": full_q_ops, "trig_output_sizes": sorted(trig_sizes)}
+
+
+def measure(
+    fns: dict[str, Callable], args: dict[str, tuple], repeats: int
+) -> dict[str, dict[str, Any]]:
+    """Compiles each function (timed), then times them round-robin; medians in ms."""
+    results: dict[str, dict[str, Any]] = {}
+    compiled = {}
+    for name, fn in fns.items():
+        start = time.perf_counter()
+        compiled[name] = jax.jit(fn).lower(*args[name]).compile()
+        compile_s = time.perf_counter() - start
+        jax.block_until_ready(compiled[name](*args[name]))  # warm-up
+        memory = compiled[name].memory_analysis()
+        temp = getattr(memory, "temp_size_in_bytes", None) if memory else None
+        results[name] = {"compile_s": compile_s, "temp_bytes": temp, "times": []}
+        results[name]["hlo_text"] = compiled[name].as_text()
+    for _ in range(repeats):
+        for name, call in compiled.items():
+            start = time.perf_counter()
+            jax.block_until_ready(call(*args[name]))
+            results[name]["times"].append(time.perf_counter() - start)
+    for entry in results.values():
+        entry["median_ms"] = 1e3 * statistics.median(entry["times"])
+        entry["min_ms"] = 1e3 * min(entry["times"])
+        del entry["times"]
+    return results
+
+
+def bench_dtype(shape: tuple[int, ...], dtype: Any, repeats: int) -> dict[str, Any]:
+    batch, length, _, head_dim = shape
+    config = fp.RopeConfig(head_dim=head_dim)
+    inv_freq = fp.rope_frequencies(config).inv_freq
+    q = jax.random.normal(jax.random.key(0), shape, jnp.float32).astype(dtype)
+    pos_bl = jnp.tile(jnp.arange(length, dtype=jnp.int32)[None, :], (batch, 1))
+    pos_l = jnp.arange(length, dtype=jnp.int32)
+    fns = {
+        "floor": lambda q: q * jnp.asarray(2, q.dtype),
+        "apply_rope [B,L]": lambda q, p: fp.apply_rope(q, p, config),
+        "apply_rope [L]": lambda q, p: fp.apply_rope(q, p, config),
+        "cos/sin [B,L]": lambda p: fp.rope_cos_sin(p, config),
+        "naive [B,L]": lambda q, p: naive_rope(q, p, inv_freq),
+    }
+    args = {
+        "floor": (q,),
+        "apply_rope [B,L]": (q, pos_bl),
+        "apply_rope [L]": (q, pos_l),
+        "cos/sin [B,L]": (pos_bl,),
+        "naive [B,L]": (q, pos_bl),
+    }
+    results = measure(fns, args, repeats)
+    for entry in results.values():
+        entry["hlo"] = hlo_summary(entry.pop("hlo_text"), q.size)
+    ours = jax.jit(fns["apply_rope [B,L]"])(q, pos_bl)
+    naive = jax.jit(fns["naive [B,L]"])(q, pos_bl)
+    tol = 1e-4 if dtype == jnp.float32 else 0.1  # naive rounds its tables to bf16
+    np.testing.assert_allclose(
+        np.asarray(ours, np.float32), np.asarray(naive, np.float32), atol=tol, rtol=tol
+    )
+    return {
+        "dtype": jnp.dtype(dtype).name,
+        "shape": list(shape),
+        # one float32 cos/sin pair of width H, at the positions' shape
+        "table_pair_bytes": {
+            "apply_rope [B,L]": 2 * batch * length * head_dim * 4,
+            "apply_rope [L]": 2 * length * head_dim * 4,
+        },
+        "results": results,
+    }
+
+
+def bench_long_context(
+    shape: tuple[int, ...], repeats: int, peak_gbps: float | None
+) -> dict[str, Any]:
+    config = fp.RopeConfig(head_dim=shape[-1])
+    q = jax.random.normal(jax.random.key(0), shape, jnp.float32).astype(jnp.bfloat16)
+    positions = jnp.arange(shape[1], dtype=jnp.int32)[None, :]
+    fns = {
+        "floor": lambda q: q * jnp.asarray(2, q.dtype),
+        "apply_rope": lambda q, p: fp.apply_rope(q, p, config),
+    }
+    results = measure(fns, {"floor": (q,), "apply_rope": (q, positions)}, repeats)
+    moved = 2 * q.nbytes
+    out: dict[str, Any] = {"shape": list(shape), "dtype": "bfloat16", "bytes": moved}
+    for entry in results.values():
+        del entry["hlo_text"]
+        entry["gbps"] = moved / (entry["median_ms"] * 1e-3) / 1e9
+        if peak_gbps:
+            entry["fraction_of_peak"] = entry["gbps"] / peak_gbps
+    out["results"] = results
+    out["peak_gbps"] = peak_gbps
+    return out
+
+
+def mib(n: int | None) -> str:
+    return "?" if n is None else f"{n / 2**20:.2f}"
+
+
+def print_case(case: dict[str, Any]) -> None:
+    res = case["results"]
+    floor = res["floor"]["median_ms"]
+    print(f"\nq {case['shape']} {case['dtype']}")
+    header = (
+        f"{'program':<18}{'compile s':>10}{'median ms':>11}{'min ms':>9}"
+        f"{'/ floor':>9}{'temp MiB':>10}  full-q ops; sin/cos output sizes"
+    )
+    print(header)
+    print("-" * len(header))
+    for name, entry in res.items():
+        hlo = entry["hlo"]
+        ops = ",".join(hlo["full_q_ops"]) or "-"
+        trig = ",".join(str(s) for s in hlo["trig_output_sizes"]) or "-"
+        print(
+            f"{name:<18}{entry['compile_s']:>10.2f}{entry['median_ms']:>11.2f}"
+            f"{entry['min_ms']:>9.2f}{entry['median_ms'] / floor:>9.2f}"
+            f"{mib(entry['temp_bytes']):>10}  {ops}; {trig}"
+        )
+    ours = res["apply_rope [B,L]"]["median_ms"]
+    rotation = ours - res["cos/sin [B,L]"]["median_ms"]
+    print(
+        f"naive / apply_rope [B,L] = {res['naive [B,L]']['median_ms'] / ours:.2f}; "
+        f"apply_rope [B,L] less its cos/sin tables = {rotation:.2f} ms "
+        f"= {rotation / floor:.2f} x floor"
+    )
+    target = TARGET_RATIO[case["dtype"]]
+    for name, bound in case["table_pair_bytes"].items():
+        ratio = res[name]["median_ms"] / floor
+        temp = res[name]["temp_bytes"]
+        temp_met = temp is not None and temp <= bound
+        print(
+            f"target {name}: / floor {ratio:.2f} <= {target} "
+            f"{'met' if ratio <= target else 'NOT met'}; temp {mib(temp)} MiB <= "
+            f"float32 cos/sin pair of width H {mib(bound)} MiB "
+            f"{'met' if temp_met else 'NOT met'}"
+        )
+
+
+def print_long(case: dict[str, Any]) -> None:
+    print(
+        f"\nlong context: q {case['shape']} bfloat16, {case['bytes'] / 1e9:.2f} GB moved"
+    )
+    for name, entry in case["results"].items():
+        line = (
+            f"  {name:<12} compile {entry['compile_s']:.2f} s, median "
+            f"{entry['median_ms']:.2f} ms, {entry['gbps']:.1f} GB/s"
+        )
+        if "fraction_of_peak" in entry:
+            line += (
+                f" = {entry['fraction_of_peak']:.0%} of {case['peak_gbps']:.0f} GB/s"
+            )
+        print(line)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small shapes, for CI")
+    parser.add_argument("--repeats", type=int, help="timed calls per program")
+    parser.add_argument("--json", type=str, help="write the figures to this path")
+    parser.add_argument("--peak-gbps", type=float, help="device peak memory bandwidth")
+    args = parser.parse_args()
+    if args.quick:
+        shape, long_shape, repeats = (2, 256, 4, 128), (1, 2048, 8, 128), 5
+    else:
+        shape, long_shape, repeats = (4, 2048, 16, 128), (1, 32768, 32, 128), 15
+    repeats = args.repeats or repeats
+    device = jax.devices()[0]
+    peak = args.peak_gbps or PEAK_GBPS.get(device.device_kind)
+    env = {
+        "device": f"{device.platform} {device.device_kind}",
+        "jax": jax.__version__,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "loadavg_1min": os.getloadavg()[0],
+        "LD_PRELOAD": os.environ.get("LD_PRELOAD", ""),
+        "MALLOC_CONF": os.environ.get("MALLOC_CONF", ""),
+        "repeats": repeats,
+    }
+    print(" ".join(f"{k}={v}" for k, v in env.items()))
+    cases = [
+        bench_dtype(shape, dtype, repeats) for dtype in (jnp.float32, jnp.bfloat16)
+    ]
+    for case in cases:
+        print_case(case)
+    long = bench_long_context(long_shape, max(3, repeats // 3), peak)
+    print_long(long)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"env": env, "cases": cases, "long_context": long}, f, indent=1)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,131 @@
+"""Renders the pictures of the docs' guide pages into ``docs/figures/``.
+
+Run from the repository root: ``python docs/make_figures.py``. Each PNG is small
+(a few tens of KB); they are committed, so building the docs needs no matplotlib.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import jax.numpy as jnp
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+import flax_posenc as fp
+
+OUT = pathlib.Path(__file__).parent / "figures"
+DPI = 80
+
+
+def save(fig, name: str) -> None:
+    fig.savefig(OUT / name, dpi=DPI, bbox_inches="tight", pil_kwargs={"optimize": True})
+    plt.close(fig)
+    print(f"{OUT / name}: {(OUT / name).stat().st_size // 1024} KB")
+
+
+def sinusoidal() -> None:
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    for ax, layout in zip(axes, ("interleaved", "concat"), strict=True):
+        table = np.asarray(fp.sinusoidal_table(64, 32, layout=layout))
+        ax.imshow(table, aspect="auto", cmap="RdBu", vmin=-1, vmax=1)
+        ax.set(title=f'layout="{layout}"', xlabel="feature d", ylabel="position p")
+    save(fig, "sinusoidal.png")
+
+
+def rope() -> None:
+    """inv_freq of each scaling family, and the RoPE score against distance."""
+    head_dim, original = 128, 4096
+    families = {
+        "none": None,
+        "linear x4": fp.LinearScaling(factor=4.0),
+        "NTK alpha=4": fp.NTKScaling(alpha=4.0),
+        "YaRN x4": fp.YarnScaling(
+            factor=4.0, original_max_position_embeddings=original
+        ),
+        "Llama 3 x8": fp.Llama3Scaling(
+            factor=8.0,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
+            original_max_position_embeddings=original,
+        ),
+    }
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.2))
+    for name, scaling in families.items():
+        config = fp.RopeConfig(head_dim=head_dim, theta=10000.0, scaling=scaling)
+        inv_freq = np.asarray(fp.rope_frequencies(config).inv_freq)
+        left.semilogy(inv_freq, label=name)
+    left.set(title="inv_freq per pair", xlabel="pair i", ylabel="inv_freq[i]")
+    left.legend(fontsize=7)
+    config = fp.RopeConfig(head_dim=head_dim)
+    distance = np.arange(512)
+    q = jnp.ones((1, 1, head_dim))  # [L, N, H]
+    k = fp.apply_rope(jnp.ones((512, 1, head_dim)), jnp.asarray(distance), config)
+    q = fp.apply_rope(q, jnp.zeros(1, jnp.int32), config)
+    score = np.asarray(k[:, 0] @ q[0, 0]) / head_dim
+    right.plot(distance, score)
+    right.set(title="q(0) . k(m), all-ones q, k", xlabel="distance m", ylabel="score")
+    save(fig, "rope.png")
+
+
+def alibi() -> None:
+    bias = np.asarray(fp.alibi_bias(jnp.arange(16), jnp.arange(16), 8))
+    fig, axes = plt.subplots(1, 4, figsize=(9, 2.4))
+    for ax, head in zip(axes, (0, 2, 5, 7), strict=True):
+        ax.imshow(bias[head], cmap="viridis")
+        ax.set(title=f"head {head + 1}: slope 2^-{head + 1}", xticks=[], yticks=[])
+        ax.title.set_fontsize(8)
+    axes[0].set(ylabel="query i", xlabel="key j")
+    save(fig, "alibi.png")
+
+
+def relative() -> None:
+    r = np.arange(-160, 161)
+    fig, ax = plt.subplots(figsize=(7, 3))
+    for bidirectional in (True, False):
+        bucket = fp.relative_position_bucket(
+            jnp.asarray(r), bidirectional=bidirectional
+        )
+        ax.plot(r, np.asarray(bucket), label=f"bidirectional={bidirectional}")
+    ax.axvline(128, color="gray", lw=0.5)
+    ax.axvline(-128, color="gray", lw=0.5)
+    ax.set(xlabel="relative position k - q", ylabel="bucket", title="T5 buckets (32)")
+    ax.legend(fontsize=8)
+    save(fig, "relative.png")
+
+
+def positions() -> None:
+    rows = {
+        "packed": fp.positions_from_segment_ids(
+            jnp.array([1, 1, 1, 1, 2, 2, 2, 3, 3, 3, 3, 3, 0, 0])
+        ),
+        "left-padded": fp.positions_from_padding_mask(jnp.arange(14) >= 5),
+        "right-padded": fp.positions_from_padding_mask(jnp.arange(14) < 9),
+        "decode step": jnp.concatenate(
+            [fp.positions_from_offsets(9, 1), jnp.full((13,), -1)]
+        ),
+    }
+    table = np.stack([np.asarray(v) for v in rows.values()])
+    fig, ax = plt.subplots(figsize=(7, 2.2))
+    ax.imshow(np.ma.masked_less(table, 0), cmap="Blues", vmin=-2, vmax=12)
+    for (i, j), value in np.ndenumerate(table):
+        if value >= 0:
+            ax.text(j, i, str(value), ha="center", va="center", fontsize=8)
+    ax.set(yticks=range(len(rows)), yticklabels=list(rows), xlabel="token index")
+    save(fig, "positions.png")
+
+
+def main() -> None:
+    OUT.mkdir(exist_ok=True)
+    sinusoidal()
+    rope()
+    alibi()
+    relative()
+    positions()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,261 @@
+"""Multi-dimensional RoPE: axial RoPE for image patches and Qwen2-VL's M-RoPE.
+
+Both give each rotary pair ``j < R/2`` (``R = config.rotary_dim``) one coordinate of a
+multi-dimensional position and rotate with :func:`flax_posenc.rope.rope_rotate`, so
+the layouts, partial rotary and dtype rules are those of 1-D RoPE. They differ in how
+pairs and frequencies are shared out:
+
+* **Axial** (:func:`apply_axial_rope`; EVA-02, Fang et al. 2023; Heo et al., "Rotary
+  Position Embedding for Vision Transformer", 2024, "RoPE-Axial"): with ``A`` axes,
+  pairs ``a * R/(2A) ... (a + 1) * R/(2A) - 1`` rotate with axis ``a`` (for images:
+  the first half of the pairs with the row, the second half with the column), and
+  every axis uses the same frequency set of 1-D RoPE on ``R/A`` features,
+  ``theta^(-2i / (R/A))`` for ``i < R/(2A)``. This is EVA-02's
+  ``VisionRotaryEmbeddingFast`` (``freqs_h`` then ``freqs_w``, interleaved pairs, so
+  ``layout="interleaved"`` to load its weights); Heo et al.'s reference code puts the
+  column (x) before the row (y): pass ``positions[..., ::-1]`` to port it.
+* **M-RoPE** (:func:`apply_mrope`; Wang et al., "Qwen2-VL", 2024): the 1-D
+  frequencies ``theta^(-2i/R)`` are kept and cut into contiguous sections
+  ``mrope_section`` (e.g. ``(16, 24, 24)`` for ``H = 128``); section ``a`` takes its
+  angles from position row ``a`` (temporal, height, width). Text tokens carry three
+  equal rows, so M-RoPE is then exactly 1-D RoPE. (Qwen3-VL interleaves the sections
+  over the frequencies instead; that is not this function.)
+
+Positions are integers, as everywhere in flax_posenc: building them (patch grid,
+image token offsets) is the caller's job, with
+:func:`flax_posenc.grid_positions` for grids.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flax_posenc._validation import (
+    check_broadcastable,
+    check_heads_array,
+    check_integer_array,
+    check_positive_int,
+)
+from flax_posenc.rope import RopeConfig, RopeTables, rope_cos_sin, rope_rotate
+
+
+def axial_rope_cos_sin(
+    positions: jax.Array, config: RopeConfig, *, seq_len: Any = None
+) -> RopeTables:
+    """Axial RoPE tables: each of ``A`` axes rotates its own block of pairs.
+
+    ``cos[..., a * R/(2A) + i] = cos(positions[..., a] * theta^(-2i / (R/A)))`` for
+    ``i < R/(2A)`` (likewise ``sin``), times the scaling family's attention factor.
+
+    Args:
+      positions: integer ``[..., A]``: one coordinate per axis (``(row, col)`` for
+        images). Stack separate row and column arrays with
+        ``jnp.stack([rows, cols], -1)``.
+      config: the RoPE configuration; ``config.rotary_dim`` must be a multiple of
+        ``2A``. A scaling family applies to each axis's ``R/A``-feature frequency set.
+      seq_len: for dynamic NTK and LongRoPE; None means ``max(positions) + 1`` over
+        all axes.
+
+    Returns:
+      ``RopeTables(cos, sin)``, each float32 ``positions.shape[:-1] + (R/2,)``.
+
+    Raises:
+      ValueError: ``positions`` is a scalar, or ``R`` is not a multiple of ``2A``.
+      TypeError: non-integer positions.
+    """
+    positions = check_integer_array("positions", positions)
+    if positions.ndim < 1:
+        raise ValueError(
+            "`positions` must be [..., A] with one coordinate per axis, got a scalar."
+        )
+    num_axes = positions.shape[-1]
+    rotary_dim: int = config.rotary_dim  # type: ignore[assignment]
+    if num_axes == 0 or rotary_dim % (2 * num_axes):
+        raise ValueError(
+            f"`config.rotary_dim` ({rotary_dim}) must be a multiple of 2 * A, with "
+            f"A = positions.shape[-1] = {num_axes} axes, so every axis rotates "
+            f"R / A features; got positions of shape {positions.shape}."
+        )
+    axis_dim = rotary_dim // num_axes
+    axis_config = dataclasses.replace(config, head_dim=axis_dim, rotary_dim=axis_dim)
+    cos, sin = rope_cos_sin(positions, axis_config, seq_len=seq_len)
+    shape = positions.shape[:-1] + (rotary_dim // 2,)  # axis blocks side by side
+    return RopeTables(cos.reshape(shape), sin.reshape(shape))
+
+
+def apply_axial_rope(
+    x: jax.Array, positions: jax.Array, config: RopeConfig, *, seq_len: Any = None
+) -> jax.Array:
+    """Applies axial RoPE (e.g. 2-D for ViT patches) to q or k.
+
+    Pair ``j`` is rotated by ``positions[..., a] * theta^(-2i / (R/A))`` where
+    ``a = j // (R/(2A))`` and ``i = j % (R/(2A))``; see :func:`axial_rope_cos_sin`. The
+    score ``q . k`` then depends only on the offset along each axis. With ``A = 1`` this
+    is :func:`flax_posenc.apply_rope`.
+
+    Args:
+      x: ``[..., L, N, H]`` with ``H == config.head_dim``.
+      positions: integer ``[..., L, A]`` (e.g. ``(row, col)`` per patch, from
+        :func:`grid_positions`); ``positions.shape[:-1]`` broadcastable to
+        ``x.shape[:-2]``. Tokens off the grid (a CLS token) should be split off by
+        the caller, as EVA-02 does, or given a coordinate of their own.
+      config: the RoPE configuration (``rotary_dim`` a multiple of ``2A``). EVA-02's
+        fine-tuning interpolation (coordinates ``arange(ft) * pt / ft``) is
+        ``scaling=LinearScaling(factor=ft / pt)`` on integer coordinates.
+      seq_len: see :func:`axial_rope_cos_sin`.
+
+    Returns:
+      ``[..., L, N, H]`` in ``x.dtype``; features past ``rotary_dim`` unchanged.
+
+    Raises:
+      ValueError: bad shapes, or ``rotary_dim`` not a multiple of ``2A``.
+      TypeError: non-integer positions.
+
+    Examples:
+      >>> q = jnp.ones((2, 14 * 14, 4, 64), jnp.bfloat16)
+      >>> config = fp.RopeConfig(head_dim=64, theta=10000.0, layout="interleaved")
+      >>> fp.apply_axial_rope(q, fp.grid_positions((14, 14)), config).shape
+      (2, 196, 4, 64)
+    """
+    check_heads_array("x", x, config.head_dim)
+    positions = check_integer_array("positions", positions)
+    if positions.ndim < 2:
+        raise ValueError(
+            "`positions` must be [..., L, A] (one coordinate per axis for each "
+            f"token), got shape {positions.shape}."
+        )
+    check_broadcastable(
+        "positions.shape[:-1]", positions.shape[:-1], "x.shape[:-2]", x.shape[:-2]
+    )
+    cos, sin = axial_rope_cos_sin(positions, config, seq_len=seq_len)
+    return rope_rotate(x, cos, sin, layout=config.layout)
+
+
+def _check_mrope_section(mrope_section: Any, config: RopeConfig) -> tuple[int, ...]:
+    if isinstance(mrope_section, (str, bytes)) or not isinstance(
+        mrope_section, Sequence
+    ):
+        raise TypeError(
+            "`mrope_section` must be a sequence of positive ints (e.g. (16, 24, 24)), "
+            f"got {mrope_section!r}."
+        )
+    sections = tuple(
+        check_positive_int(f"mrope_section[{a}]", n)
+        for a, n in enumerate(mrope_section)
+    )
+    half: int = config.rotary_dim // 2  # type: ignore[operator]
+    if sum(sections) != half:
+        raise ValueError(
+            f"`mrope_section` must sum to config.rotary_dim // 2 ({half}), got "
+            f"{list(sections)} (sum {sum(sections)})."
+        )
+    return sections
+
+
+def _check_mrope_positions(positions: Any, sections: tuple[int, ...]) -> jax.Array:
+    positions = check_integer_array("positions", positions)
+    if positions.ndim < 1 or positions.shape[0] != len(sections):
+        raise ValueError(
+            f"`positions` must be [A, ...] with A = len(mrope_section) = "
+            f"{len(sections)} rows (temporal, height, width), got shape "
+            f"{positions.shape}."
+        )
+    return positions
+
+
+def mrope_cos_sin(
+    positions: jax.Array,
+    config: RopeConfig,
+    *,
+    mrope_section: Sequence[int],
+    seq_len: Any = None,
+) -> RopeTables:
+    """M-RoPE tables: section ``a`` of the 1-D tables, taken at position row ``a``.
+
+    With ``s_a = mrope_section[0] + ... + mrope_section[a - 1]``, for pairs
+    ``s_a <= j < s_(a+1)``: ``cos[..., j] = cos(positions[a, ...] * inv_freq[j])``
+    (likewise ``sin``), ``inv_freq`` those of ``config`` (``theta^(-2j/R)`` unscaled).
+
+    Args:
+      positions: integer ``[A, ...]``, ``A = len(mrope_section)`` rows (Qwen2-VL:
+        temporal, height, width), e.g. ``[3, B, L]``.
+      config: the RoPE configuration.
+      mrope_section: pairs per row, static, summing to ``config.rotary_dim // 2``
+        (Hugging Face ``rope_scaling["mrope_section"]``, e.g. ``(16, 24, 24)``).
+      seq_len: see :func:`flax_posenc.rope_cos_sin`; None means ``max + 1`` over all
+        rows.
+
+    Returns:
+      ``RopeTables(cos, sin)``, each float32 ``positions.shape[1:] + (R/2,)``.
+
+    Raises:
+      ValueError: sections not summing to ``R/2``, or ``positions.shape[0] != A``.
+      TypeError: non-integer positions or sections.
+    """
+    sections = _check_mrope_section(mrope_section, config)
+    positions = _check_mrope_positions(positions, sections)
+    cos, sin = rope_cos_sin(positions, config, seq_len=seq_len)
+    bounds = np.cumsum((0, *sections))
+
+    def select(table: jax.Array) -> jax.Array:
+        chunks = [
+            table[a, ..., bounds[a] : bounds[a + 1]] for a in range(len(sections))
+        ]
+        return jnp.concatenate(chunks, axis=-1)
+
+    return RopeTables(select(cos), select(sin))
+
+
+def apply_mrope(
+    x: jax.Array,
+    positions: jax.Array,
+    config: RopeConfig,
+    *,
+    mrope_section: Sequence[int],
+    seq_len: Any = None,
+) -> jax.Array:
+    """Applies Qwen2-VL's multimodal RoPE (M-RoPE) to q or k.
+
+    Rotates like :func:`flax_posenc.apply_rope` with the tables of
+    :func:`mrope_cos_sin`: the first ``mrope_section[0]`` pairs by the temporal
+    position, the next ``mrope_section[1]`` by the height, the last by the width.
+    When all rows are equal (text) the result equals ``apply_rope(x, positions[0],
+    config)`` bit for bit. Matches transformers' ``Qwen2VLRotaryEmbedding`` +
+    ``apply_rotary_pos_emb`` (``layout="half"``).
+
+    Args:
+      x: ``[..., L, N, H]`` with ``H == config.head_dim``.
+      positions: integer ``[A, ..., L]``, ``A = len(mrope_section)``;
+        ``positions.shape[1:]`` broadcastable to ``x.shape[:-2]``.
+      config: the RoPE configuration (Qwen2-VL: ``head_dim=128, theta=1e6``).
+      mrope_section: see :func:`mrope_cos_sin`.
+      seq_len: see :func:`mrope_cos_sin`.
+
+    Returns:
+      ``[..., L, N, H]`` in ``x.dtype``; features past ``rotary_dim`` unchanged.
+
+    Raises:
+      ValueError: bad shapes or sections.
+      TypeError: non-integer positions or sections.
+
+    Examples:
+      >>> q = jnp.ones((1, 10, 28, 128), jnp.bfloat16)
+      >>> positions = jnp.broadcast_to(jnp.arange(10), (3, 1, 10))
+      >>> config = fp.RopeConfig(head_dim=128, theta=1e6)
+      >>> fp.apply_mrope(q, positions, config, mrope_section=(16, 24, 24)).shape
+      (1, 10, 28, 128)
+    """
+    check_heads_array("x", x, config.head_dim)
+    sections = _check_mrope_section(mrope_section, config)
+    positions = _check_mrope_positions(positions, sections)
+    check_broadcastable(
+        "positions.shape[1:]", positions.shape[1:], "x.shape[:-2]", x.shape[:-2]
+    )
+    cos, sin = mrope_cos_sin(positions, config, mrope_section=sections, seq_len=seq_len)
+    return rope_rotate(x, cos, sin, layout=config.layout)

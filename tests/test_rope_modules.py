@@ -1,0 +1,151 @@
+"""linen and nnx RotaryEmbedding: values, one cos/sin for q and k, KV-cache use,
+linen == nnx."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import rope_reference as ref
+
+import flax_posenc as fp
+from flax_posenc import _rotary
+from flax_posenc import linen as pl
+from flax_posenc import nnx as pn
+
+
+def normal(shape, dtype=jnp.float32, seed=0):
+    return jax.random.normal(jax.random.key(seed), shape, jnp.float32).astype(dtype)
+
+
+Q, K = normal((2, 5, 3, 8)), normal((2, 5, 3, 8), seed=1)
+POSITIONS = jnp.array([[0, 1, 2, 3, 4], [9, 10, 11, 0, 1]])
+
+
+def both_modules(config):
+    """The linen and nnx modules, each under jit, as functions."""
+    linen_apply = jax.jit(pl.RotaryEmbedding(config).apply)
+    nnx_module = pn.RotaryEmbedding(config)
+    return (
+        lambda *args: linen_apply({}, *args),
+        jax.jit(lambda *args: nnx_module(*args)),
+    )
+
+
+def assert_close(got, want):
+    """A few ulps: jit may fuse the same float32 math differently from eager."""
+    eps = float(jnp.finfo(got.dtype).eps)
+    scale = float(jnp.max(jnp.abs(want.astype(jnp.float32))))
+    np.testing.assert_allclose(
+        np.asarray(got, np.float64), np.asarray(want, np.float64), atol=4 * eps * scale
+    )
+
+
+@pytest.mark.parametrize("family", ["plain", "yarn", "longrope", "dynamic_ntk"])
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_modules_equal_apply_rope_and_each_other(family, layout, dtype):
+    config = ref.make_config(family, head_dim=8, rotary_dim=6, layout=layout)
+    q, k = Q.astype(dtype), K.astype(dtype)
+    want_q = fp.apply_rope(q, POSITIONS, config)
+    want_k = fp.apply_rope(k, POSITIONS, config)
+    linen_module, nnx_module = both_modules(config)
+    got_linen, got_nnx = linen_module(q, k, POSITIONS), nnx_module(q, k, POSITIONS)
+    np.testing.assert_array_equal(got_linen[0], got_nnx[0])
+    np.testing.assert_array_equal(got_linen[1], got_nnx[1])
+    for got, want in zip(got_nnx, (want_q, want_k), strict=True):
+        assert got.dtype == dtype
+        assert_close(got, want)
+
+
+def test_one_cos_sin_table_serves_q_and_k(monkeypatch):
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return fp.rope_cos_sin(*args, **kwargs)
+
+    monkeypatch.setattr(_rotary, "rope_cos_sin", counting)
+    pn.RotaryEmbedding(fp.RopeConfig(head_dim=8))(Q, K, POSITIONS)
+    assert len(calls) == 1
+    pn.RotaryEmbedding(fp.RopeConfig(head_dim=8))(Q, K, POSITIONS, POSITIONS)
+    assert len(calls) == 3  # separate key positions: a table each
+
+
+@pytest.mark.parametrize("family", ["plain", "llama3", "dynamic_ntk", "longrope"])
+def test_kv_cache_decode_scores_equal_full_sequence(family):
+    """One new query at position t against a cache of S keys at 0..S-1 gives row t
+    of the full self-attention scores (same seq_len = S for dynamic families)."""
+    config = ref.make_config(family, head_dim=8)
+    length = ref.ORIGINAL + 8  # past the original length: LongRoPE's long factors
+    q, k = normal((1, length, 2, 8)), normal((1, length, 2, 8), seed=1)
+    positions = jnp.arange(length)[None]
+    linen_module, nnx_module = both_modules(config)
+    full_q, full_k = nnx_module(q, k, positions)
+    t = length - 3
+    row = jnp.einsum(
+        "blnh,bsnh->bnls", full_q[:, t : t + 1], full_k, precision="highest"
+    )
+    for module in (linen_module, nnx_module):
+        step_q, cache_k = module(q[:, t : t + 1], k, positions[:, t : t + 1], positions)
+        assert_close(cache_k, full_k)
+        scores = jnp.einsum("blnh,bsnh->bnls", step_q, cache_k, precision="highest")
+        assert_close(scores, row)
+
+
+@pytest.mark.parametrize("long_side", ["k", "q"])
+def test_dynamic_families_share_frequencies_between_q_and_k(long_side):
+    """Positions 100..103 alone would use LongRoPE's short factors; with the other
+    side up to 4095, both q and k use the long ones, so the scores stay relative."""
+    config = ref.make_config("longrope", head_dim=8)
+    q, k = Q[:1, :4], K[:1, :4]
+    near, far = jnp.arange(100, 104)[None], jnp.arange(4092, 4096)[None]
+    q_positions, k_positions = (near, far) if long_side == "k" else (far, near)
+    q_rot, k_rot = pn.RotaryEmbedding(config)(q, k, q_positions, k_positions)
+    assert_close(q_rot, fp.apply_rope(q, q_positions, config, seq_len=4096))
+    assert_close(k_rot, fp.apply_rope(k, k_positions, config, seq_len=4096))
+    x, short_side = (q, q_rot) if long_side == "k" else (k, k_rot)
+    alone = fp.apply_rope(x, near, config)  # seq_len = 104: short factors
+    assert np.max(np.abs(np.asarray(alone - short_side))) > 0.1
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "match"),
+    [
+        (
+            (Q[..., :6], K, POSITIONS),
+            ValueError,
+            r"`q` must be \[\.\.\., L, N, H\] with H = config.head_dim \(8\)",
+        ),
+        ((Q, K[..., :6], POSITIONS), ValueError, r"`k` must be"),
+        (
+            (Q, K, POSITIONS.astype(jnp.float32)),
+            TypeError,
+            "`positions` must be an integer",
+        ),
+        (
+            (Q, K, POSITIONS[:, :4]),
+            ValueError,
+            r"`positions` with shape \(2, 4\) must broadcast to q",
+        ),
+        (
+            (Q, K[:, :4], POSITIONS),
+            ValueError,
+            r"`positions` with shape \(2, 5\) must broadcast to k",
+        ),
+        (
+            (Q, K[:, :4], POSITIONS, jnp.arange(5)),
+            ValueError,
+            r"`k_positions` with shape \(5,\)",
+        ),
+        (
+            (Q, K, POSITIONS, jnp.arange(5.0)),
+            TypeError,
+            "`k_positions` must be an integer",
+        ),
+    ],
+)
+def test_modules_reject_bad_inputs_naming_them(args, error, match):
+    linen_module, nnx_module = both_modules(fp.RopeConfig(head_dim=8))
+    for module in (linen_module, nnx_module):
+        with pytest.raises(error, match=match):
+            module(*args)
