@@ -100,6 +100,7 @@ def plot_accuracy(
 
 
 def main() -> None:
+    start = time.perf_counter()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("out"))
     parser.add_argument("--quick", action="store_true", help="tiny run, for CI")
@@ -112,7 +113,6 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         prefer_fast_compilation()
-    start = time.perf_counter()
     train = QUICK if args.quick else TrainConfig()
     train = dataclasses.replace(train, seed=args.seed)
     if args.steps:
