@@ -125,6 +125,37 @@ def init_cache(config: Config, batch: int, slots: int) -> tuple[KVCache, ...]:
     )
 
 
+def attend(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    positions: jax.Array,
+    *,
+    rope: fp.RopeTables | None,
+    rope_layout: str,
+    bias: jax.Array | None,
+    mask: jax.Array,
+    cache: KVCache | None,
+) -> tuple[jax.Array, KVCache | None]:
+    """The parameter-free core of attention, shared by the nnx and linen blocks.
+
+    ``q, k, v [B, L, N, H]`` at ``positions [B, L]``: RoPE tables rotate q and k at
+    those positions; with a cache, the new k/v are written into their slots and the
+    keys are all ``S`` slots. ``bias [B, N, L, S]`` is added to the logits, ``mask
+    [B, 1, L, S]`` keeps the allowed pairs. Returns ``[B, L, N, H]`` and the cache.
+    """
+    if rope is not None:
+        q = fp.rope_rotate(q, rope.cos, rope.sin, layout=rope_layout)
+        k = fp.rope_rotate(k, rope.cos, rope.sin, layout=rope_layout)
+    if cache is not None:
+        rows = jnp.arange(q.shape[0])[:, None]
+        cache = KVCache(
+            cache.k.at[rows, positions].set(k), cache.v.at[rows, positions].set(v)
+        )
+        k, v = cache.k, cache.v
+    return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask), cache
+
+
 class Attention(nnx.Module):
     """Causal multi-head attention; RoPE tables rotate q/k, a bias enters the logits."""
 
@@ -144,21 +175,19 @@ class Attention(nnx.Module):
         mask: jax.Array,
         cache: KVCache | None,
     ) -> tuple[jax.Array, KVCache | None]:
-        """``x [B, L, D]`` at ``positions [B, L]``; ``bias [B, N, L, S]``, ``mask
-        [B, 1, L, S]``. With a cache, the new k/v are written at their positions and
-        attention runs over all ``S`` slots."""
+        """``x [B, L, D]`` at ``positions [B, L]``; see :func:`attend`."""
         qkv = self.qkv(x)
-        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-        if rope is not None:
-            q = fp.rope_rotate(q, rope.cos, rope.sin, layout=self.rope_layout)
-            k = fp.rope_rotate(k, rope.cos, rope.sin, layout=self.rope_layout)
-        if cache is not None:
-            rows = jnp.arange(x.shape[0])[:, None]
-            cache = KVCache(
-                cache.k.at[rows, positions].set(k), cache.v.at[rows, positions].set(v)
-            )
-            k, v = cache.k, cache.v
-        out = jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask)
+        out, cache = attend(
+            qkv[:, :, 0],
+            qkv[:, :, 1],
+            qkv[:, :, 2],
+            positions,
+            rope=rope,
+            rope_layout=self.rope_layout,
+            bias=bias,
+            mask=mask,
+            cache=cache,
+        )
         return self.out(out), cache
 
 

@@ -20,6 +20,7 @@ import decode
 import hf_config
 import training
 import transformer
+import transformer_linen
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 ENCODINGS = transformer.ENCODINGS
@@ -135,3 +136,32 @@ def test_hf_config_llama3_wavelengths():
     np.testing.assert_allclose(scaled[short], base[short], rtol=1e-6)
     np.testing.assert_allclose(scaled[long], 8 * base[long], rtol=1e-6)
     assert attention_scaling == 1.0
+
+
+@pytest.mark.parametrize("encoding", ("rope", "alibi"))
+def test_linen_block_equals_nnx_block(encoding):
+    """The linen block with the nnx block's parameters gives the same output, with
+    RoPE tables or an ALiBi bias, with and without a KV cache."""
+    model = small_model(encoding)
+    config = model.config
+    b = batch(n=4)
+    x = jax.random.normal(jax.random.key(1), (2, 8, config.d_model))
+    positions = b.positions
+    mask = (positions[:, None, :] <= positions[:, :, None])[:, None]
+    rope = bias = None
+    if model.rope is not None:
+        rope = flax_posenc.rope_cos_sin(positions, model.rope)
+    else:
+        bias = model.attention_bias(positions, positions)
+    cache = transformer.init_cache(config, 2, 8)[0]
+    block = model.blocks[0]
+    params = {"params": nnx.to_pure_dict(nnx.state(block))}
+    for layer_cache in (None, cache):
+        kwargs = dict(rope=rope, bias=bias, mask=mask, cache=layer_cache)
+        want, want_cache = block(x, positions, **kwargs)
+        got, got_cache = transformer_linen.Block(config).apply(
+            params, x, positions, **kwargs
+        )
+        np.testing.assert_allclose(got, want, atol=1e-6)
+        if layer_cache is not None:
+            np.testing.assert_allclose(got_cache.k, want_cache.k, atol=1e-6)
