@@ -159,7 +159,8 @@ def assert_shift_invariance(
 
     Args:
       rotate: the position-dependent map under test.
-      q, k: ``[..., L, N, H]`` inputs, e.g. random normal.
+      q: ``[..., L, N, H]`` queries, e.g. random normal.
+      k: ``[..., L, N, H]`` keys.
       positions: integer ``[..., L]``, broadcastable to ``q.shape[:-2]``.
       offsets: the offsets ``o`` tested.
       rtol: tolerance relative to ``|q'_m| |k'_l|``. None means ``4 eps + 2^-21 P``,
