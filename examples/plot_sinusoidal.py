@@ -24,6 +24,16 @@ import numpy as np
 import flax_posenc as fp
 
 
+def plot_table(max_len: int, dim: int) -> plt.Figure:
+    """The table PE[p, d] as a heatmap (positions x dimensions)."""
+    table = np.asarray(fp.sinusoidal_table(max_len, dim))
+    fig, ax = plt.subplots(figsize=(8, 5))
+    image = ax.imshow(table, aspect="auto", cmap="RdBu", vmin=-1, vmax=1)
+    ax.set(xlabel="dimension d", ylabel="position p", title="sinusoidal PE[p, d]")
+    fig.colorbar(image, ax=ax)
+    return fig
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("out"))
@@ -34,11 +44,7 @@ def main() -> None:
     max_len, dim = (64, 32) if args.quick else (args.max_len, args.dim)
     args.out.mkdir(parents=True, exist_ok=True)
 
-    table = np.asarray(fp.sinusoidal_table(max_len, dim))
-    fig, ax = plt.subplots(figsize=(8, 5))
-    image = ax.imshow(table, aspect="auto", cmap="RdBu", vmin=-1, vmax=1)
-    ax.set(xlabel="dimension d", ylabel="position p", title="sinusoidal PE[p, d]")
-    fig.colorbar(image, ax=ax)
+    fig = plot_table(max_len, dim)
     fig.savefig(args.out / "sinusoidal_table.png", dpi=100, bbox_inches="tight")
     plt.close(fig)
 

@@ -1,0 +1,317 @@
+"""A compact decoder-only transformer whose positional encoding is one argument.
+
+``Config(encoding=...)`` picks where position information enters:
+
+* ``none``: nowhere (causal masking alone is the only hint of order);
+* ``sinusoidal``, ``learned``: added to the token embeddings
+  (``flax_posenc.nnx.SinusoidalPositionalEncoding``, ``LearnedPositionalEmbedding``);
+* ``rope``: q and k rotated at their own positions (``flax_posenc.rope_cos_sin`` once
+  per forward, ``flax_posenc.rope_rotate`` in every layer);
+* ``rope_linear``, ``rope_yarn``: trained as plain ``rope``; :func:`extend_context`
+  applies the scaling family (``LinearScaling`` / ``YarnScaling``) at evaluation time
+  on sequences longer than the training ones;
+* ``alibi``: ``flax_posenc.alibi_bias`` added to the attention logits;
+* ``t5``: ``flax_posenc.nnx.RelativePositionBias`` (learned, shared by all layers)
+  added to the attention logits.
+
+Positions are explicit everywhere: :meth:`Transformer.__call__` takes integer
+``positions [B, L]``, and with a :class:`KVCache` the new keys are rotated (or biased)
+at their own positions while the cache slots keep theirs (slot ``s`` holds position
+``s``), so cached greedy decoding equals full recomputation (``examples/decode.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+import flax_posenc as fp
+from flax_posenc import nnx as pnnx
+
+ENCODINGS = (
+    "none",
+    "sinusoidal",
+    "learned",
+    "rope",
+    "rope_linear",
+    "rope_yarn",
+    "alibi",
+    "t5",
+)
+ROPE_ENCODINGS = ("rope", "rope_linear", "rope_yarn")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Hyper-parameters of :class:`Transformer`.
+
+    ``train_len`` is the sequence length the model is trained at: the RoPE scaling
+    families use it as ``original_max_position_embeddings``. ``max_len`` is the number
+    of rows of the learned position table (the longest sequence ever evaluated), so
+    positions the model never trained on hit rows that stayed at their initial value.
+    """
+
+    vocab_size: int
+    encoding: str = "rope"
+    num_layers: int = 2
+    d_model: int = 64
+    num_heads: int = 4
+    d_ff: int = 256
+    train_len: int = 32
+    max_len: int = 128
+    rope_theta: float = 10000.0
+    rope_layout: str = "half"
+    t5_num_buckets: int = 32
+    t5_max_distance: int = 128
+
+    def __post_init__(self):
+        if self.encoding not in ENCODINGS:
+            raise ValueError(
+                f"`encoding` must be one of {', '.join(ENCODINGS)}, "
+                f"got {self.encoding!r}."
+            )
+        if self.d_model % self.num_heads:
+            raise ValueError(
+                f"`d_model` ({self.d_model}) must be a multiple of `num_heads` "
+                f"({self.num_heads})."
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.num_heads
+
+
+def rope_config(config: Config, factor: float = 1.0) -> fp.RopeConfig:
+    """The RoPE configuration for sequences ``factor`` times the training length.
+
+    ``factor <= 1`` (or plain ``rope``) is unscaled RoPE; otherwise ``rope_linear``
+    interpolates positions by ``factor`` and ``rope_yarn`` applies YaRN with
+    ``original_max_position_embeddings = train_len``.
+    """
+    scaling = None
+    if factor > 1 and config.encoding == "rope_linear":
+        scaling = fp.LinearScaling(factor=factor)
+    elif factor > 1 and config.encoding == "rope_yarn":
+        scaling = fp.YarnScaling(
+            factor=factor, original_max_position_embeddings=config.train_len
+        )
+    return fp.RopeConfig(
+        head_dim=config.head_dim,
+        theta=config.rope_theta,
+        layout=config.rope_layout,
+        scaling=scaling,
+    )
+
+
+class KVCache(NamedTuple):
+    """Keys (already rotated for RoPE) and values of one layer: ``[B, S, N, H]``.
+
+    Slot ``s`` holds the token at position ``s``.
+    """
+
+    k: jax.Array
+    v: jax.Array
+
+
+def init_cache(config: Config, batch: int, slots: int) -> tuple[KVCache, ...]:
+    """An empty cache of ``slots`` positions for every layer."""
+    shape = (batch, slots, config.num_heads, config.head_dim)
+    return tuple(
+        KVCache(jnp.zeros(shape), jnp.zeros(shape)) for _ in range(config.num_layers)
+    )
+
+
+def attend(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    positions: jax.Array,
+    *,
+    rope: fp.RopeTables | None,
+    rope_layout: str,
+    bias: jax.Array | None,
+    mask: jax.Array,
+    cache: KVCache | None,
+) -> tuple[jax.Array, KVCache | None]:
+    """The parameter-free core of attention, shared by the nnx and linen blocks.
+
+    ``q, k, v [B, L, N, H]`` at ``positions [B, L]``: RoPE tables rotate q and k at
+    those positions; with a cache, the new k/v are written into their slots and the
+    keys are all ``S`` slots. ``bias [B, N, L, S]`` is added to the logits, ``mask
+    [B, 1, L, S]`` keeps the allowed pairs. Returns ``[B, L, N, H]`` and the cache.
+    """
+    if rope is not None:
+        q = fp.rope_rotate(q, rope.cos, rope.sin, layout=rope_layout)
+        k = fp.rope_rotate(k, rope.cos, rope.sin, layout=rope_layout)
+    if cache is not None:
+        rows = jnp.arange(q.shape[0])[:, None]
+        cache = KVCache(
+            cache.k.at[rows, positions].set(k), cache.v.at[rows, positions].set(v)
+        )
+        k, v = cache.k, cache.v
+    return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask), cache
+
+
+class Attention(nnx.Module):
+    """Causal multi-head attention; RoPE tables rotate q/k, a bias enters the logits."""
+
+    def __init__(self, config: Config, *, rngs: nnx.Rngs):
+        n, h, d = config.num_heads, config.head_dim, config.d_model
+        self.rope_layout = config.rope_layout
+        self.qkv = nnx.LinearGeneral(d, (3, n, h), use_bias=False, rngs=rngs)
+        self.out = nnx.LinearGeneral((n, h), d, axis=(-2, -1), rngs=rngs)
+
+    def __call__(
+        self,
+        x: jax.Array,
+        positions: jax.Array,
+        *,
+        rope: fp.RopeTables | None,
+        bias: jax.Array | None,
+        mask: jax.Array,
+        cache: KVCache | None,
+    ) -> tuple[jax.Array, KVCache | None]:
+        """``x [B, L, D]`` at ``positions [B, L]``; see :func:`attend`."""
+        qkv = self.qkv(x)
+        out, cache = attend(
+            qkv[:, :, 0],
+            qkv[:, :, 1],
+            qkv[:, :, 2],
+            positions,
+            rope=rope,
+            rope_layout=self.rope_layout,
+            bias=bias,
+            mask=mask,
+            cache=cache,
+        )
+        return self.out(out), cache
+
+
+class Block(nnx.Module):
+    """Pre-norm transformer block: attention and a GELU MLP, each residual."""
+
+    def __init__(self, config: Config, *, rngs: nnx.Rngs):
+        d = config.d_model
+        self.norm1 = nnx.LayerNorm(d, rngs=rngs)
+        self.attention = Attention(config, rngs=rngs)
+        self.norm2 = nnx.LayerNorm(d, rngs=rngs)
+        self.mlp_in = nnx.Linear(d, config.d_ff, rngs=rngs)
+        self.mlp_out = nnx.Linear(config.d_ff, d, rngs=rngs)
+
+    def __call__(self, x, positions, *, rope, bias, mask, cache):
+        y, cache = self.attention(
+            self.norm1(x), positions, rope=rope, bias=bias, mask=mask, cache=cache
+        )
+        x = x + y
+        x = x + self.mlp_out(jax.nn.gelu(self.mlp_in(self.norm2(x))))
+        return x, cache
+
+
+def absolute_encoding(config: Config, *, rngs: nnx.Rngs) -> nnx.Module | None:
+    """The module adding an absolute encoding to the embeddings, if any."""
+    if config.encoding == "sinusoidal":
+        return pnnx.SinusoidalPositionalEncoding()
+    if config.encoding == "learned":
+        return pnnx.LearnedPositionalEmbedding(
+            config.max_len, config.d_model, rngs=rngs
+        )
+    return None
+
+
+def relative_bias(config: Config, *, rngs: nnx.Rngs) -> nnx.Module | None:
+    """T5's learned bucketed bias (one table shared by all layers), if used."""
+    if config.encoding != "t5":
+        return None
+    return pnnx.RelativePositionBias(
+        config.num_heads,
+        num_buckets=config.t5_num_buckets,
+        max_distance=config.t5_max_distance,
+        bidirectional=False,
+        rngs=rngs,
+    )
+
+
+class Transformer(nnx.Module):
+    """Decoder-only transformer: ``tokens [B, L]`` at ``positions [B, L]`` -> logits."""
+
+    def __init__(self, config: Config, *, rngs: nnx.Rngs):
+        self.config = config
+        self.embed = nnx.Embed(config.vocab_size, config.d_model, rngs=rngs)
+        self.absolute = nnx.data(absolute_encoding(config, rngs=rngs))
+        self.rope = rope_config(config) if config.encoding in ROPE_ENCODINGS else None
+        self.relative = nnx.data(relative_bias(config, rngs=rngs))
+        self.blocks = nnx.List(
+            [Block(config, rngs=rngs) for _ in range(config.num_layers)]
+        )
+        self.norm = nnx.LayerNorm(config.d_model, rngs=rngs)
+        self.unembed = nnx.Linear(config.d_model, config.vocab_size, rngs=rngs)
+
+    def attention_bias(
+        self, q_positions: jax.Array, k_positions: jax.Array
+    ) -> jax.Array | None:
+        """The additive logit bias ``[B, N, L, S]`` of ALiBi or T5, else None."""
+        if self.config.encoding == "alibi":
+            return fp.alibi_bias(q_positions, k_positions, self.config.num_heads)
+        if self.relative is not None:
+            return self.relative(q_positions, k_positions)
+        return None
+
+    def __call__(
+        self,
+        tokens: jax.Array,
+        positions: jax.Array,
+        cache: tuple[KVCache, ...] | None = None,
+    ) -> tuple[jax.Array, tuple[KVCache, ...] | None]:
+        """Logits ``[B, L, V]`` of ``tokens`` at ``positions`` (both int ``[B, L]``).
+
+        Without a cache the keys are the same tokens (causal self-attention); with one
+        (``init_cache``) the keys are the cache's ``S`` slots at positions ``0..S-1``
+        after writing these tokens into it, and the updated cache is returned.
+        """
+        x = self.embed(tokens)
+        if self.absolute is not None:
+            x = self.absolute(x, positions)
+        if cache is None:
+            k_positions = positions
+        else:
+            slots = cache[0].k.shape[1]
+            k_positions = jnp.broadcast_to(jnp.arange(slots), (tokens.shape[0], slots))
+        mask = (k_positions[:, None, :] <= positions[:, :, None])[:, None]
+        bias = self.attention_bias(positions, k_positions)
+        rope = None if self.rope is None else fp.rope_cos_sin(positions, self.rope)
+        new_cache = []
+        for i, block in enumerate(self.blocks):
+            x, layer_cache = block(
+                x,
+                positions,
+                rope=rope,
+                bias=bias,
+                mask=mask,
+                cache=None if cache is None else cache[i],
+            )
+            new_cache.append(layer_cache)
+        logits = self.unembed(self.norm(x))
+        return logits, None if cache is None else tuple(new_cache)
+
+
+def extend_context(model: Transformer, factor: float) -> Transformer:
+    """``model`` for sequences ``factor`` times its training length.
+
+    Identity unless the encoding is ``rope_linear``/``rope_yarn`` and ``factor > 1``:
+    then a copy whose RoPE frequencies use that scaling family (same parameters).
+    """
+    if model.rope is None or factor <= 1 or model.config.encoding == "rope":
+        return model
+    scaled = nnx.clone(model)
+    scaled.rope = rope_config(model.config, factor)
+    return scaled
+
+
+def count_params(model: nnx.Module) -> int:
+    """Number of trainable scalars."""
+    params = nnx.state(model, nnx.Param)
+    return sum(p.size for p in jax.tree.leaves(params))

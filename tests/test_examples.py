@@ -1,0 +1,167 @@
+"""The examples' model code: shapes per encoding, compile counts, decoding."""
+
+import dataclasses
+import json
+import pathlib
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import flax_posenc
+
+sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "examples"))
+
+import copy_task
+import decode
+import hf_config
+import training
+import transformer
+import transformer_linen
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+ENCODINGS = transformer.ENCODINGS
+TRAIN = training.TrainConfig(steps=3, batch_size=4, n_train=4, eval_batch_size=4)
+ABSOLUTE = ("sinusoidal", "learned")
+
+
+def small_model(encoding: str) -> transformer.Transformer:
+    config = training.model_config(encoding, TRAIN, max_factor=4)
+    return training.init_model(config, seed=0)
+
+
+def batch(n: int, batch_size: int = 2) -> copy_task.Batch:
+    return copy_task.make_batch(
+        jax.random.key(0),
+        batch_size=batch_size,
+        n_max=n,
+        num_symbols=TRAIN.num_symbols,
+        variable_length=False,
+    )
+
+
+def test_copy_batch_layout():
+    b = copy_task.make_batch(
+        jax.random.key(3), batch_size=8, n_max=5, num_symbols=9, variable_length=True
+    )
+    for tokens, targets, mask in zip(b.tokens, b.targets, b.mask, strict=True):
+        seq = np.append(np.asarray(tokens), targets[-1])
+        n = int(np.flatnonzero(seq == copy_task.SEP)[0])
+        symbols = seq[:n]
+        assert len(set(symbols.tolist())) == n  # distinct
+        np.testing.assert_array_equal(seq[n + 1 : 2 * n + 1], symbols)
+        assert np.all(seq[2 * n + 1 :] == copy_task.PAD)
+        np.testing.assert_array_equal(np.asarray(targets)[np.asarray(mask)], symbols)
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_forward_shift_and_cached_decoding(encoding):
+    """Per encoding: logits shapes; relative encodings see only offsets (shifting
+    every position by 7 keeps the logits) while absolute ones do not; greedy decoding
+    with the KV cache equals full recomputation (at 2x the training length, with the
+    evaluation-time RoPE scaling)."""
+    model = transformer.extend_context(small_model(encoding), 2)
+    b = batch(n=5)
+    prompt, steps = b.tokens[:, :6], 4
+    graphdef, params = nnx.split(model)
+    # The shape decode_full compiles for: [B, prompt + steps - 1].
+    tokens, positions = b.tokens[:, :9], b.positions[:, :9]
+    logits, cache = decode._forward(graphdef, params, tokens, positions, None)
+    shifted, _ = decode._forward(graphdef, params, tokens, positions + 7, None)
+    assert cache is None
+    assert logits.shape == (2, 9, copy_task.vocab_size(TRAIN.num_symbols))
+    assert logits.dtype == jnp.float32
+    assert np.all(np.isfinite(logits))
+    if encoding in ABSOLUTE:
+        assert np.max(np.abs(shifted - logits)) > 1e-2
+    else:
+        np.testing.assert_allclose(shifted, logits, atol=2e-5)
+    decoded = decode.check_decoding(model, prompt, steps)
+    assert decoded.tokens.shape == (2, steps)
+
+
+def test_train_step_compiles_once():
+    model = small_model("rope")
+    graphdef, params = nnx.split(model)
+    tx = training.make_optimizer(TRAIN)
+    opt_state = tx.init(params)
+    step = training.make_train_step(graphdef, tx, TRAIN)
+    losses = []
+    for i in range(3):  # max_traces(1) raises on a retrace
+        params, opt_state, loss = step(params, opt_state, jax.random.key(i))
+        losses.append(float(loss))
+    assert step._cache_size() == 1
+    assert losses[-1] < losses[0]
+
+
+def test_max_traces_catches_a_retrace():
+    f = jax.jit(training.max_traces(1)(lambda x: 2 * x))
+    f(jnp.ones(3))
+    f(jnp.zeros(3))
+    with pytest.raises(AssertionError, match="traced 2 times"):
+        f(jnp.ones(4))
+
+
+@pytest.mark.parametrize("encoding", ("learned", "rope_yarn"))
+def test_evaluate_compiles_once_per_length(encoding):
+    model = small_model(encoding)
+    # evaluate() builds its step with max_traces(len(factors)): a second compile
+    # of any length would raise.
+    accuracy = training.evaluate(model, TRAIN, (1, 2))
+    assert set(accuracy) == {1, 2}
+    assert all(0.0 <= a <= 1.0 for a in accuracy.values())
+
+
+def test_hf_config_inline_phi3_lists_match_the_fixture():
+    fixture = json.loads((FIXTURES / "hf_rope.json").read_text())
+    (case,) = [
+        c for c in fixture["cases"] if c["name"] == "longrope_phi3_mini_128k_long"
+    ]
+    assert hf_config.PHI_3_MINI_128K == case["config"]
+
+
+def test_hf_config_llama3_wavelengths():
+    """Llama 3 keeps wavelengths below original / high_freq_factor (2048) and
+    multiplies those above original / low_freq_factor (8192) by the factor 8."""
+    config = flax_posenc.RopeConfig.from_hf(hf_config.LLAMA_3_1_8B)
+    plain = dataclasses.replace(config, scaling=None)
+    scaled, attention_scaling = hf_config.wavelengths(config, None)
+    base, _ = hf_config.wavelengths(plain, None)
+    i = np.arange(64, dtype=np.float64)
+    np.testing.assert_allclose(base, 2 * np.pi * 500000.0 ** (2 * i / 128), rtol=1e-6)
+    short, long = base < 2048, base > 8192
+    np.testing.assert_allclose(scaled[short], base[short], rtol=1e-6)
+    np.testing.assert_allclose(scaled[long], 8 * base[long], rtol=1e-6)
+    assert attention_scaling == 1.0
+
+
+@pytest.mark.parametrize("encoding", ("rope", "alibi"))
+def test_linen_block_equals_nnx_block(encoding):
+    """The linen block with the nnx block's parameters gives the same output, with
+    RoPE tables or an ALiBi bias, with and without a KV cache."""
+    model = small_model(encoding)
+    config = model.config
+    b = batch(n=4)
+    x = jax.random.normal(jax.random.key(1), (2, 8, config.d_model))
+    positions = b.positions
+    mask = (positions[:, None, :] <= positions[:, :, None])[:, None]
+    rope = bias = None
+    if model.rope is not None:
+        rope = flax_posenc.rope_cos_sin(positions, model.rope)
+    else:
+        bias = model.attention_bias(positions, positions)
+    cache = transformer.init_cache(config, 2, 8)[0]
+    block = model.blocks[0]
+    params = {"params": nnx.to_pure_dict(nnx.state(block))}
+    for layer_cache in (None, cache):
+        kwargs = dict(rope=rope, bias=bias, mask=mask, cache=layer_cache)
+        want, want_cache = block(x, positions, **kwargs)
+        got, got_cache = transformer_linen.Block(config).apply(
+            params, x, positions, **kwargs
+        )
+        np.testing.assert_allclose(got, want, atol=1e-6)
+        if layer_cache is not None:
+            np.testing.assert_allclose(got_cache.k, want_cache.k, atol=1e-6)
