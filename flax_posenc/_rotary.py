@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
@@ -20,12 +22,14 @@ def rotate_queries_keys(
     positions: jax.Array,
     k_positions: jax.Array | None,
     config: RopeConfig,
+    seq_len: Any = None,
 ) -> tuple[jax.Array, jax.Array]:
     """RoPE on ``q [..., L, N, H]`` at ``positions [..., L]`` and on ``k [..., S, N,
     H]`` at ``k_positions [..., S]`` (None: ``positions``, one cos/sin for both).
 
-    Dynamic NTK and LongRoPE see one ``seq_len = max(all positions) + 1`` for q and
-    k, so both are rotated with the same frequencies and scores stay relative.
+    Dynamic NTK and LongRoPE see one ``seq_len`` for q and k (given, or
+    ``max(all positions) + 1``), so both are rotated with the same frequencies and
+    scores stay relative.
     """
     check_heads_array("q", q, config.head_dim)
     check_heads_array("k", k, config.head_dim)
@@ -33,15 +37,14 @@ def rotate_queries_keys(
     check_broadcastable("positions", positions.shape, "q.shape[:-2]", q.shape[:-2])
     if k_positions is None:
         check_broadcastable("positions", positions.shape, "k.shape[:-2]", k.shape[:-2])
-        cos, sin = rope_cos_sin(positions, config)
+        cos, sin = rope_cos_sin(positions, config, seq_len=seq_len)
         return (
             rope_rotate(q, cos, sin, layout=config.layout),
             rope_rotate(k, cos, sin, layout=config.layout),
         )
     k_positions = check_integer_array("k_positions", k_positions)
     check_broadcastable("k_positions", k_positions.shape, "k.shape[:-2]", k.shape[:-2])
-    seq_len = None
-    if isinstance(config.scaling, SEQ_LEN_DEPENDENT):
+    if seq_len is None and isinstance(config.scaling, SEQ_LEN_DEPENDENT):
         seq_len = jnp.maximum(jnp.max(positions), jnp.max(k_positions)) + 1
     q_cos, q_sin = rope_cos_sin(positions, config, seq_len=seq_len)
     k_cos, k_sin = rope_cos_sin(k_positions, config, seq_len=seq_len)

@@ -27,8 +27,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from flax_posenc._rotary import rotate_queries_keys
 from flax_posenc._validation import check_integer_array
-from flax_posenc.rope import RopeConfig, apply_rope
+from flax_posenc.rope import RopeConfig
 
 
 def positional_attention_fn(
@@ -53,7 +54,8 @@ def positional_attention_fn(
         (self-attention without a cache).
       bias: float ``[..., N, L, S]`` added to the logits, e.g.
         :func:`flax_posenc.alibi_bias` or a T5 ``RelativePositionBias``.
-      seq_len: forwarded to :func:`flax_posenc.apply_rope` (dynamic scaling).
+      seq_len: for dynamic NTK and LongRoPE, one length for q and k; None means
+        ``max(q_positions, k_positions) + 1``, so both share their frequencies.
       attention_fn: the attention to wrap, with Flax's signature ``(query, key,
         value, bias=None, mask=None, ...)`` and q/k/v ``[B, L, N, H]``. The default,
         ``flax.nnx.dot_product_attention``, takes the keywords both
@@ -98,16 +100,13 @@ def positional_attention_fn(
             raise ValueError("`q_positions` is required with `rope`.")
         q_pos = check_integer_array("q_positions", q_positions)
         k_pos = (
-            q_pos
+            None
             if k_positions is None
             else check_integer_array("k_positions", k_positions)
         )
 
         def rotate_qk(query, key):
-            return (
-                apply_rope(query, q_pos, rope, seq_len=seq_len),
-                apply_rope(key, k_pos, rope, seq_len=seq_len),
-            )
+            return rotate_queries_keys(query, key, q_pos, k_pos, rope, seq_len)
 
         rotate = rotate_qk
 

@@ -129,6 +129,27 @@ def test_decode_query_position_differs_from_keys():
     )
 
 
+def test_decode_query_and_keys_share_dynamic_frequencies():
+    """One decode query against all keys: both sides see seq_len = max(k) + 1."""
+    config = fp.RopeConfig(
+        head_dim=H,
+        scaling=fp.DynamicNTKScaling(factor=4.0, original_max_position_embeddings=4),
+    )
+    q = jax.random.normal(jax.random.key(7), (B, 1, N, H))
+    k, v = (
+        jax.random.normal(key, (B, L, N, H))
+        for key in jax.random.split(jax.random.key(8))
+    )
+    q_positions, k_positions = jnp.full((B, 1), 2), jnp.arange(L)[None]
+    got = fp.positional_attention_fn(
+        rope=config, q_positions=q_positions, k_positions=k_positions
+    )(q, k, v)
+    rotated_q = fp.apply_rope(q, q_positions, config, seq_len=L)
+    rotated_k = fp.apply_rope(k, k_positions, config, seq_len=L)
+    expected = reference_attention(rotated_q, rotated_k, v, jnp.zeros((B, N, 1, L)))
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
