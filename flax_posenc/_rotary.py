@@ -45,7 +45,10 @@ def rotate_queries_keys(
     k_positions = check_integer_array("k_positions", k_positions)
     check_broadcastable("k_positions", k_positions.shape, "k.shape[:-2]", k.shape[:-2])
     if seq_len is None and isinstance(config.scaling, SEQ_LEN_DEPENDENT):
-        seq_len = jnp.maximum(jnp.max(positions), jnp.max(k_positions)) + 1
+        seq_len = (
+            jnp.maximum(jnp.max(positions, initial=0), jnp.max(k_positions, initial=0))
+            + 1
+        )
     q_cos, q_sin = rope_cos_sin(positions, config, seq_len=seq_len)
     k_cos, k_sin = rope_cos_sin(k_positions, config, seq_len=seq_len)
     return (

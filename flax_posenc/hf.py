@@ -41,7 +41,7 @@ _COMMON_KEYS = {"rope_type", "type", "rope_theta", "partial_rotary_factor"}
 _FAMILY_KEYS: dict[str, tuple[set[str], set[str]]] = {
     "default": (set(), {"mrope_section", "mrope_interleaved"}),
     "linear": ({"factor"}, set()),
-    "dynamic": ({"factor"}, {"original_max_position_embeddings"}),
+    "dynamic": ({"factor"}, set()),
     "yarn": (
         set(),
         {
@@ -166,7 +166,9 @@ def _rope_parameters(config: Mapping[str, Any], layer_type: str | None) -> dict:
         params = dict(config.get("rope_scaling") or {})
         theta = config.get("rope_theta", config.get("rotary_emb_base"))
         if layer_type is not None:
-            layer_types = set(config.get("layer_types") or ())
+            # Gemma 3 configs written before `layer_types` existed have both kinds.
+            default_types = ("full_attention", "sliding_attention")
+            layer_types = set(config.get("layer_types") or default_types)
             if layer_type not in layer_types:
                 raise ValueError(
                     f"`layer_type`={layer_type!r} is not among the config's "
@@ -184,10 +186,6 @@ def _rope_parameters(config: Mapping[str, Any], layer_type: str | None) -> dict:
             partial = 0.25  # GPTNeoXConfig's default rotary_pct
         if partial is not None:
             params["partial_rotary_factor"] = partial
-    if "original_max_position_embeddings" in config:  # Phi-3: the top level wins
-        params["original_max_position_embeddings"] = config[
-            "original_max_position_embeddings"
-        ]
     return params
 
 
@@ -212,8 +210,15 @@ def _max_position_embeddings(config: Mapping[str, Any], rope_type: str) -> int:
 
 
 def _original(params: dict, config: Mapping[str, Any], rope_type: str) -> int:
+    """The pre-training length: Phi-3's top-level value wins for LongRoPE (as in
+    transformers), else the scaling block's, else ``max_position_embeddings``."""
+    top_level = config.get("original_max_position_embeddings")
+    if rope_type == "longrope" and top_level is not None:
+        return int(top_level)
     if "original_max_position_embeddings" in params:
         return int(params["original_max_position_embeddings"])
+    if top_level is not None:
+        return int(top_level)
     return _max_position_embeddings(config, rope_type)
 
 
@@ -236,7 +241,7 @@ def _scaling(
             factor=params["factor"],
             low_freq_factor=params["low_freq_factor"],
             high_freq_factor=params["high_freq_factor"],
-            original_max_position_embeddings=params["original_max_position_embeddings"],
+            original_max_position_embeddings=_original(params, config, rope_type),
         )
     original = _original(params, config, rope_type)
     factor = params.get("factor")

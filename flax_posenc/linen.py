@@ -127,7 +127,8 @@ class RotaryEmbedding(nn.Module):
     serves both. For KV-cache decoding pass ``k_positions: int [..., S]`` (e.g. the
     new keys' positions, or ``arange(S)`` for a whole cache); dynamic NTK and LongRoPE
     then use ``seq_len = max(positions, k_positions) + 1`` for both, so q and k share
-    frequencies. No parameters.
+    frequencies; pass a fixed ``seq_len`` so every decode step uses the same ones.
+    No parameters.
 
     Attributes:
       config: the :class:`flax_posenc.RopeConfig`.
@@ -141,8 +142,9 @@ class RotaryEmbedding(nn.Module):
         k: jax.Array,
         positions: jax.Array,
         k_positions: jax.Array | None = None,
+        seq_len: Any = None,
     ) -> tuple[jax.Array, jax.Array]:
-        return rotate_queries_keys(q, k, positions, k_positions, self.config)
+        return rotate_queries_keys(q, k, positions, k_positions, self.config, seq_len)
 
 
 class ALiBi(nn.Module):

@@ -129,8 +129,9 @@ class RotaryEmbedding(nnx.Module):
         k: jax.Array,
         positions: jax.Array,
         k_positions: jax.Array | None = None,
+        seq_len: Any = None,
     ) -> tuple[jax.Array, jax.Array]:
-        return rotate_queries_keys(q, k, positions, k_positions, self.config)
+        return rotate_queries_keys(q, k, positions, k_positions, self.config, seq_len)
 
 
 class ALiBi(nnx.Module):

@@ -208,7 +208,7 @@ def rope_cos_sin(
     """
     positions = check_integer_array("positions", positions)
     if seq_len is None and isinstance(config.scaling, SEQ_LEN_DEPENDENT):
-        seq_len = jnp.max(positions) + 1
+        seq_len = jnp.max(positions, initial=0) + 1
     inv_freq, attention_scaling = rope_frequencies(config, seq_len=seq_len)
     angles = position_angles(positions, inv_freq)
     scale = jnp.asarray(attention_scaling, jnp.float32)
@@ -378,6 +378,8 @@ def rope_permute_layout(
     """
     check_choice("source", source, LAYOUTS)
     check_choice("target", target, LAYOUTS)
+    if not -w.ndim <= axis < w.ndim:
+        raise ValueError(f"`axis` must index w of shape {w.shape}, got {axis}.")
     size = w.shape[axis]
     check_positive_int("rotary_dim", rotary_dim)
     if rotary_dim % 2 or rotary_dim > size:

@@ -180,7 +180,7 @@ def mrope_cos_sin(
 
     With ``s_a = mrope_section[0] + ... + mrope_section[a - 1]``, for pairs
     ``s_a <= j < s_(a+1)``: ``cos[..., j] = cos(positions[a, ...] * inv_freq[j])``
-    (likewise ``sin``), ``inv_freq`` those of ``config`` (``theta^(-2j/R)`` unscaled).
+    (likewise ``sin``), ``inv_freq`` those of ``config`` (scaling and attention factor included).
 
     Args:
       positions: integer ``[A, ...]``, ``A = len(mrope_section)`` rows (Qwen2-VL:

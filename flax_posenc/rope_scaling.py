@@ -167,6 +167,10 @@ class YarnScaling:
 
     def frequencies(self, theta, rotary_dim, seq_len=None) -> RopeFrequencies:
         del seq_len
+        if theta <= 1:
+            raise ValueError(
+                f"YarnScaling needs theta > 1 (it divides by ln theta), got {theta}."
+            )
 
         def correction_dim(rotations):
             wavelengths = self.original_max_position_embeddings / (

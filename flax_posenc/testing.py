@@ -178,8 +178,11 @@ def assert_shift_invariance(
     k_rot = rotate(k, jax.numpy.asarray(positions))
     chex.assert_equal_shape([q, q_rot])
     chex.assert_equal_shape([k, k_rot])
+    if not len(offsets):
+        raise ValueError("`offsets` must name at least one offset, got none.")
     if rtol is None:
-        largest = max(int(np.max(np.abs(positions + o))) for o in offsets)
+        shifted = [positions] + [positions + o for o in offsets]
+        largest = max(int(np.max(np.abs(p), initial=0)) for p in shifted)
         rtol = 4 * float(jax.numpy.finfo(q_rot.dtype).eps) + 2.0**-21 * largest
     q_rot = np.asarray(q_rot, np.float64)
     k_rot = np.asarray(k_rot, np.float64)

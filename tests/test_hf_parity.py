@@ -209,3 +209,46 @@ def test_defaults_are_filled_like_transformers():
         {"model_type": "deepseek_v3", "qk_rope_head_dim": 64, "rope_theta": 1e4}
     )
     assert (deepseek.head_dim, deepseek.layout) == (64, "interleaved")
+
+
+def test_phi3_top_level_original_length_is_only_for_longrope():
+    phi3_4k = {
+        "model_type": "phi3",
+        "hidden_size": 3072,
+        "num_attention_heads": 32,
+        "max_position_embeddings": 4096,
+        "original_max_position_embeddings": 4096,
+        "rope_theta": 10000.0,
+        "rope_scaling": None,
+    }
+    config = fp.RopeConfig.from_hf(phi3_4k)
+    assert (config.head_dim, config.scaling) == (96, None)
+
+
+def test_gemma3_config_without_layer_types():
+    gemma3 = {
+        "head_dim": 64,
+        "rope_theta": 1e6,
+        "rope_local_base_freq": 1e4,
+        "rope_scaling": {"rope_type": "linear", "factor": 8.0},
+    }
+    full = fp.RopeConfig.from_hf(gemma3, layer_type="full_attention")
+    local = fp.RopeConfig.from_hf(gemma3, layer_type="sliding_attention")
+    assert (full.theta, full.scaling) == (1e6, fp.LinearScaling(factor=8.0))
+    assert (local.theta, local.scaling) == (1e4, None)
+
+
+def test_dynamic_ntk_rejects_the_key_transformers_ignores():
+    config = {
+        **LLAMA,
+        "rope_theta": 1e4,
+        "rope_scaling": {
+            "rope_type": "dynamic",
+            "factor": 2.0,
+            "original_max_position_embeddings": 2048,
+        },
+    }
+    with pytest.raises(
+        ValueError, match=r"Unknown keys \['original_max_position_embeddings'\]"
+    ):
+        fp.RopeConfig.from_hf(config)

@@ -465,3 +465,25 @@ def test_dynamic_ntk_rejects_rotary_dim_2():
     scaling = fp.DynamicNTKScaling(factor=2.0, original_max_position_embeddings=16)
     with pytest.raises(ValueError, match="rotary_dim > 2"):
         fp.RopeConfig(head_dim=8, rotary_dim=2, scaling=scaling)
+
+
+def test_empty_positions_with_seq_len_dependent_scaling():
+    config = fp.RopeConfig(
+        head_dim=8,
+        scaling=fp.DynamicNTKScaling(factor=2.0, original_max_position_embeddings=4),
+    )
+    x = jnp.ones((2, 0, 1, 8))
+    assert apply_rope(x, jnp.zeros((2, 0), jnp.int32), config).shape == (2, 0, 1, 8)
+
+
+def test_yarn_rejects_theta_of_one():
+    scaling = fp.YarnScaling(factor=2.0, original_max_position_embeddings=16)
+    with pytest.raises(ValueError, match="theta > 1"):
+        fp.RopeConfig(head_dim=8, theta=1.0, scaling=scaling)
+
+
+def test_permute_layout_rejects_a_bad_axis():
+    with pytest.raises(ValueError, match="`axis` must index w"):
+        fp.rope_permute_layout(
+            jnp.zeros((4, 8)), rotary_dim=8, source="half", target="interleaved", axis=2
+        )

@@ -149,3 +149,22 @@ def test_modules_reject_bad_inputs_naming_them(args, error, match):
     for module in (linen_module, nnx_module):
         with pytest.raises(error, match=match):
             module(*args)
+
+
+def test_rotary_embedding_forwards_a_fixed_seq_len():
+    config = fp.RopeConfig(
+        head_dim=8,
+        scaling=fp.DynamicNTKScaling(factor=2.0, original_max_position_embeddings=4),
+    )
+    q = jax.random.normal(jax.random.key(0), (1, 1, 2, 8))
+    k = jax.random.normal(jax.random.key(1), (1, 6, 2, 8))
+    q_positions, k_positions = jnp.array([[2]]), jnp.arange(6)[None]
+    got_q, got_k = pn.RotaryEmbedding(config)(
+        q, k, q_positions, k_positions, seq_len=16
+    )
+    np.testing.assert_array_equal(
+        got_q, fp.apply_rope(q, q_positions, config, seq_len=16)
+    )
+    np.testing.assert_array_equal(
+        got_k, fp.apply_rope(k, k_positions, config, seq_len=16)
+    )

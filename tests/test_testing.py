@@ -147,3 +147,12 @@ def test_rope_shift_invariance_property(
     q, k = normal(shape, dtype, seed=length), normal(shape, dtype, seed=heads + 7)
     seq_len = 8192 if family in ref.SEQ_LEN_FAMILIES else None
     testing.assert_shift_invariance(rope_fn(config, seq_len), q, k, positions, offsets)
+
+
+def test_shift_invariance_needs_an_offset():
+    config = fp.RopeConfig(head_dim=8)
+    x = jnp.ones((4, 1, 8))
+    with pytest.raises(ValueError, match="`offsets` must name at least one"):
+        testing.assert_shift_invariance(
+            lambda v, p: fp.apply_rope(v, p, config), x, x, jnp.arange(4), offsets=[]
+        )
