@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from typing import NamedTuple
 
 import jax
@@ -43,6 +44,14 @@ def _static(inv_freq: np.ndarray, attention_scaling: float = 1.0) -> RopeFrequen
 
 def _check_factor(scaling, name: str = "factor") -> None:
     check_positive_float(f"{type(scaling).__name__}.{name}", getattr(scaling, name))
+
+
+def _check_original_length(scaling) -> None:
+    """The pre-training length ``original_max_position_embeddings`` is an int >= 1."""
+    check_positive_int(
+        f"{type(scaling).__name__}.original_max_position_embeddings",
+        scaling.original_max_position_embeddings,
+    )
 
 
 def _check_rotary_dim_above_two(scaling, rotary_dim: int) -> None:
@@ -98,10 +107,7 @@ class DynamicNTKScaling:
 
     def __post_init__(self):
         _check_factor(self)
-        check_positive_int(
-            "DynamicNTKScaling.original_max_position_embeddings",
-            self.original_max_position_embeddings,
-        )
+        _check_original_length(self)
 
     def frequencies(self, theta, rotary_dim, seq_len=None) -> RopeFrequencies:
         _check_rotary_dim_above_two(self, rotary_dim)
@@ -149,10 +155,7 @@ class YarnScaling:
         _check_factor(self)
         _check_factor(self, "beta_fast")
         _check_factor(self, "beta_slow")
-        check_positive_int(
-            "YarnScaling.original_max_position_embeddings",
-            self.original_max_position_embeddings,
-        )
+        _check_original_length(self)
         if self.attention_factor is not None:
             _check_factor(self, "attention_factor")
 
@@ -216,10 +219,7 @@ class LongRopeScaling:
                 )
             object.__setattr__(self, name, value)
         _check_factor(self)
-        check_positive_int(
-            "LongRopeScaling.original_max_position_embeddings",
-            self.original_max_position_embeddings,
-        )
+        _check_original_length(self)
         if self.attention_factor is not None:
             _check_factor(self, "attention_factor")
 
@@ -265,10 +265,7 @@ class Llama3Scaling:
         _check_factor(self)
         _check_factor(self, "low_freq_factor")
         _check_factor(self, "high_freq_factor")
-        check_positive_int(
-            "Llama3Scaling.original_max_position_embeddings",
-            self.original_max_position_embeddings,
-        )
+        _check_original_length(self)
         if self.high_freq_factor <= self.low_freq_factor:
             raise ValueError(
                 "`Llama3Scaling.high_freq_factor` must exceed low_freq_factor, got "
@@ -327,13 +324,5 @@ RopeScaling = (
     | Llama3Scaling
     | ProportionalScaling
 )
-SCALING_TYPES = (
-    LinearScaling,
-    NTKScaling,
-    DynamicNTKScaling,
-    YarnScaling,
-    LongRopeScaling,
-    Llama3Scaling,
-    ProportionalScaling,
-)
+SCALING_TYPES = typing.get_args(RopeScaling)
 SEQ_LEN_DEPENDENT = (DynamicNTKScaling, LongRopeScaling)
