@@ -42,7 +42,7 @@ def rope() -> None:
     families = {
         "none": None,
         "linear x4": fp.LinearScaling(factor=4.0),
-        "NTK alpha=4": fp.NTKScaling(alpha=4.0),
+        "NTK factor=4": fp.NTKScaling(factor=4.0),
         "YaRN x4": fp.YarnScaling(
             factor=4.0, original_max_position_embeddings=original
         ),

@@ -30,9 +30,12 @@ from flax_posenc.positions import (
 from flax_posenc.positions import relative_positions as relative_positions
 from flax_posenc.relative import relative_position_bias as relative_position_bias
 from flax_posenc.relative import relative_position_bucket as relative_position_bucket
+from flax_posenc.hf import rope_config_from_hf as rope_config_from_hf
 from flax_posenc.rope import RopeConfig as RopeConfig
+from flax_posenc.rope import RopeLayout as RopeLayout
 from flax_posenc.rope import RopeTables as RopeTables
 from flax_posenc.rope import apply_rope as apply_rope
+from flax_posenc.rope import apply_rope_qk as apply_rope_qk
 from flax_posenc.rope import rope_cos_sin as rope_cos_sin
 from flax_posenc.rope import rope_frequencies as rope_frequencies
 from flax_posenc.rope import rope_permute_layout as rope_permute_layout
@@ -48,6 +51,9 @@ from flax_posenc.rope_scaling import LongRopeScaling as LongRopeScaling
 from flax_posenc.rope_scaling import NTKScaling as NTKScaling
 from flax_posenc.rope_scaling import ProportionalScaling as ProportionalScaling
 from flax_posenc.rope_scaling import RopeFrequencies as RopeFrequencies
+from flax_posenc.rope_scaling import RopeScaling as RopeScaling
+from flax_posenc.rope_scaling import RopeScalingFamily as RopeScalingFamily
+from flax_posenc.rope_scaling import SeqLen as SeqLen
 from flax_posenc.rope_scaling import YarnScaling as YarnScaling
 from flax_posenc.sinusoidal import sinusoidal_encoding as sinusoidal_encoding
 from flax_posenc.sinusoidal import sinusoidal_inv_freq as sinusoidal_inv_freq
@@ -66,13 +72,18 @@ __all__ = [
     "ProportionalScaling",
     "RopeConfig",
     "RopeFrequencies",
+    "RopeLayout",
+    "RopeScaling",
+    "RopeScalingFamily",
     "RopeTables",
+    "SeqLen",
     "YarnScaling",
     "alibi_bias",
     "alibi_slopes",
     "apply_axial_rope",
     "apply_mrope",
     "apply_rope",
+    "apply_rope_qk",
     "apply_xpos",
     "attention_fn_override",
     "axial_rope_cos_sin",
@@ -86,6 +97,7 @@ __all__ = [
     "relative_position_bias",
     "relative_position_bucket",
     "relative_positions",
+    "rope_config_from_hf",
     "rope_cos_sin",
     "rope_frequencies",
     "rope_permute_layout",

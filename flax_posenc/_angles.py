@@ -15,12 +15,12 @@ def position_angles(positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
 
     Args:
       positions: integer ``[...]``.
-      inv_freq: float ``[F]``.
+      inv_freq: float ``[F]``, or ``positions.shape + (F,)`` (per-token frequencies).
 
     Returns:
       float32 ``positions.shape + (F,)``.
     """
     positions = positions.astype(jnp.float32)[..., None]
     inv_freq = jnp.asarray(inv_freq, jnp.float32)
-    inv_freq = inv_freq.reshape((1,) * (positions.ndim - 1) + inv_freq.shape)
+    inv_freq = inv_freq.reshape((1,) * (positions.ndim - inv_freq.ndim) + inv_freq.shape)
     return positions * inv_freq

@@ -8,8 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from flax_posenc._validation import (
-    check_broadcastable,
-    check_integer_array,
+    check_positions,
     check_positive_int,
 )
 from flax_posenc.learned import OutOfRange, learned_embedding_lookup
@@ -29,11 +28,9 @@ def embedding_positions(
         )
     if positions is None:
         return jnp.arange(embeddings.shape[-2])
-    positions = check_integer_array("positions", positions)
-    check_broadcastable(
-        "positions", positions.shape, "embeddings.shape[:-1]", embeddings.shape[:-1]
+    return check_positions(
+        "positions", positions, "embeddings.shape[:-1]", embeddings.shape[:-1]
     )
-    return positions
 
 
 def add_encoding(embeddings: jax.Array, encoding: jax.Array, dtype: Any) -> jax.Array:

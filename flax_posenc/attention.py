@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from flax_posenc._rotary import rotate_queries_keys
+from flax_posenc.rope import apply_rope_qk
 from flax_posenc._validation import check_integer_array
 from flax_posenc.rope import RopeConfig
 
@@ -106,7 +106,9 @@ def positional_attention_fn(
         )
 
         def rotate_qk(query, key):
-            return rotate_queries_keys(query, key, q_pos, k_pos, rope, seq_len)
+            return apply_rope_qk(
+                query, key, q_pos, rope, k_positions=k_pos, seq_len=seq_len
+            )
 
         rotate = rotate_qk
 

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from flax_posenc._embed import add_learned, add_sinusoidal, check_features
-from flax_posenc._rotary import rotate_queries_keys
+from flax_posenc.rope import apply_rope_qk
 from flax_posenc._validation import check_positive_int
 from flax_posenc.alibi import alibi_bias
 from flax_posenc.learned import OutOfRange
@@ -144,7 +144,9 @@ class RotaryEmbedding(nn.Module):
         k_positions: jax.Array | None = None,
         seq_len: Any = None,
     ) -> tuple[jax.Array, jax.Array]:
-        return rotate_queries_keys(q, k, positions, k_positions, self.config, seq_len)
+        return apply_rope_qk(
+            q, k, positions, self.config, k_positions=k_positions, seq_len=seq_len
+        )
 
 
 class ALiBi(nn.Module):

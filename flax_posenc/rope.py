@@ -18,6 +18,8 @@ float32 ``position * inv_freq`` products, never formed in the activation dtype.
 from __future__ import annotations
 
 import dataclasses
+import warnings
+from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
 import jax
@@ -26,23 +28,46 @@ import numpy as np
 
 from flax_posenc._angles import position_angles
 from flax_posenc._validation import (
-    check_broadcastable,
     check_choice,
+    check_float_array,
     check_heads_array,
     check_integer_array,
+    check_positions,
+    obeys_positions_rule,
     check_positive_float,
     check_positive_int,
 )
 from flax_posenc.rope_scaling import (
-    SCALING_TYPES,
-    SEQ_LEN_DEPENDENT,
+    _SCALING_TYPES,
     RopeFrequencies,
     RopeScaling,
-    default_inv_freq,
+    SeqLen,
+    _default_inv_freq,
 )
 
+__all__ = [
+    "RopeConfig",
+    "RopeLayout",
+    "RopeTables",
+    "apply_rope",
+    "apply_rope_qk",
+    "rope_cos_sin",
+    "rope_frequencies",
+    "rope_permute_layout",
+    "rope_rotate",
+]
+
 RopeLayout = Literal["half", "interleaved"]
-LAYOUTS = ("half", "interleaved")
+"""RoPE pairing: ``"half"`` pairs ``(j, j + R/2)``, ``"interleaved"`` ``(2j, 2j + 1)``."""
+_LAYOUTS = ("half", "interleaved")
+
+
+class _FullRotary(int):
+    """The ``rotary_dim`` of a config that left it at None: the whole head.
+
+    Marked so that ``dataclasses.replace(config, head_dim=...)`` re-derives it from
+    the new head size instead of keeping the old one.
+    """
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,63 +107,57 @@ class RopeConfig:
 
     head_dim: int
     theta: float = 10000.0
-    rotary_dim: int | None = None  # type: ignore[assignment]
+    rotary_dim: int = None  # type: ignore[assignment]  # None: H, resolved at init
     layout: RopeLayout = "half"
     scaling: RopeScaling | None = None
 
     def __post_init__(self):
         head_dim = check_positive_int("head_dim", self.head_dim)
-        check_positive_float("theta", self.theta)
-        rotary_dim = head_dim if self.rotary_dim is None else self.rotary_dim
-        check_positive_int("rotary_dim", rotary_dim)
+        object.__setattr__(self, "head_dim", head_dim)
+        object.__setattr__(self, "theta", check_positive_float("theta", self.theta))
+        if self.rotary_dim is None or isinstance(self.rotary_dim, _FullRotary):
+            rotary_dim = _FullRotary(head_dim)
+        else:
+            rotary_dim = check_positive_int("rotary_dim", self.rotary_dim)
         if rotary_dim % 2 or rotary_dim > head_dim:
             raise ValueError(
                 f"`rotary_dim` must be even and <= head_dim ({head_dim}), got "
                 f"{rotary_dim}."
             )
         object.__setattr__(self, "rotary_dim", rotary_dim)
-        check_choice("layout", self.layout, LAYOUTS)
-        if self.scaling is not None and not isinstance(self.scaling, SCALING_TYPES):
-            names = ", ".join(t.__name__ for t in SCALING_TYPES)
-            raise TypeError(
-                f"`scaling` must be None or one of {names}, got {self.scaling!r}."
-            )
-        self.frequencies()  # validates the scaling against rotary_dim
+        check_choice("layout", self.layout, _LAYOUTS)
+        if self.scaling is not None:
+            if not isinstance(self.scaling, _SCALING_TYPES):
+                names = ", ".join(t.__name__ for t in _SCALING_TYPES)
+                raise TypeError(
+                    f"`scaling` must be None or one of {names}, got {self.scaling!r}."
+                )
+            self.scaling.validate(self.theta, rotary_dim)
 
-    def frequencies(self, seq_len: Any = None) -> RopeFrequencies:
-        """Inverse frequencies and attention scaling; see :func:`rope_frequencies`.
-
-        Args:
-          seq_len: the sequence length seen, for dynamic NTK and LongRoPE.
-
-        Returns:
-          ``RopeFrequencies(inv_freq float32 [R/2], attention_scaling)``.
-        """
-        rotary_dim: int = self.rotary_dim  # type: ignore[assignment]
-        if self.scaling is None:
-            inv_freq = default_inv_freq(self.theta, rotary_dim)
-            return RopeFrequencies(jnp.asarray(inv_freq, jnp.float32), 1.0)
-        return self.scaling.frequencies(self.theta, rotary_dim, seq_len)
+    @property
+    def depends_on_seq_len(self) -> bool:
+        """Whether the frequencies depend on ``seq_len`` (dynamic NTK, LongRoPE)."""
+        return self.scaling is not None and self.scaling.depends_on_seq_len
 
     @classmethod
-    def from_hf(cls, config: dict, *, layer_type: str | None = None) -> RopeConfig:
-        """Builds a config from a Hugging Face ``config.json`` dict (v4 or v5 form).
-
-        See :func:`flax_posenc.hf.rope_config_from_hf` for the mapping.
+    def from_hf(
+        cls, config: Mapping[str, Any], *, layer_type: str | None = None
+    ) -> RopeConfig:
+        """Deprecated: use :func:`flax_posenc.rope_config_from_hf`.
 
         Args:
-          config: a ``config.json`` as a dict (text config for multimodal models).
-          layer_type: for configs with per-layer-type RoPE (Gemma 3/4); else None.
+          config: a ``config.json`` as a dict.
+          layer_type: see :func:`flax_posenc.rope_config_from_hf`.
 
         Returns:
           The matching ``RopeConfig``.
-
-        Examples:
-          >>> fp.RopeConfig.from_hf({"model_type": "gpt_neox", "hidden_size": 512,
-          ...     "num_attention_heads": 8, "rotary_emb_base": 10000})
-          RopeConfig(head_dim=64, theta=10000.0, rotary_dim=16, layout='half', scaling=None)
         """
-        from flax_posenc.hf import rope_config_from_hf
+        warnings.warn(
+            "RopeConfig.from_hf is deprecated; use fp.rope_config_from_hf(config).",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        from flax_posenc.hf import rope_config_from_hf  # hf builds on this module
 
         return rope_config_from_hf(config, layer_type=layer_type)
 
@@ -157,18 +176,25 @@ class RopeTables(NamedTuple):
     sin: jax.Array
 
 
-def rope_frequencies(config: RopeConfig, *, seq_len: Any = None) -> RopeFrequencies:
-    """Inverse frequencies and attention scaling of ``config``.
+def rope_frequencies(config: RopeConfig, *, seq_len: SeqLen = None) -> RopeFrequencies:
+    """Inverse frequencies and attention scaling of ``config``: the one entry point.
 
     ``inv_freq[i] = theta^(-2i/R)`` before scaling; the scaling family changes them.
 
     Args:
       config: the RoPE configuration.
-      seq_len: the sequence length seen (int or traced int scalar). Only dynamic NTK
-        and LongRoPE use it; None means their pre-training regime.
+      seq_len: the sequence length seen: an int, a traced int scalar, or an integer
+        array ``[...]`` giving each token its own length (transformers' decode
+        policy, see :func:`flax_posenc.hf_decode_seq_len`). Only dynamic NTK and
+        LongRoPE use it; None means their pre-training regime.
 
     Returns:
-      ``RopeFrequencies(inv_freq float32 [R/2], attention_scaling)``.
+      ``RopeFrequencies(inv_freq float32 [R/2] (or seq_len.shape + [R/2]),
+      attention_scaling)``.
+
+    Raises:
+      TypeError: a ``seq_len`` that is not an integer.
+      ValueError: a ``seq_len`` below 1.
 
     Examples:
       >>> fp.rope_frequencies(fp.RopeConfig(head_dim=8)).inv_freq.tolist()
@@ -177,27 +203,49 @@ def rope_frequencies(config: RopeConfig, *, seq_len: Any = None) -> RopeFrequenc
       >>> fp.rope_frequencies(linear).inv_freq.tolist()
       [0.5, 0.05000000074505806, 0.004999999888241291, 0.0005000000237487257]
     """
-    return config.frequencies(seq_len)
+    seq_len = _check_seq_len(seq_len)
+    if config.scaling is None:
+        inv_freq = _default_inv_freq(config.theta, config.rotary_dim)
+        return RopeFrequencies(jnp.asarray(inv_freq, jnp.float32), 1.0)
+    return config.scaling.frequencies(config.theta, config.rotary_dim, seq_len)
+
+
+def _check_seq_len(seq_len: Any) -> Any:
+    """None, a positive int, or an integer array (traced or not)."""
+    if seq_len is None:
+        return None
+    if isinstance(seq_len, (int, np.integer)) and not isinstance(seq_len, bool):
+        return check_positive_int("seq_len", seq_len)
+    return check_integer_array("seq_len", seq_len)
+
+
+def _seq_len_of(positions: jax.Array, config: RopeConfig, seq_len: Any) -> Any:
+    """``seq_len``, or ``max(positions) + 1`` in-graph for the families that need it."""
+    if seq_len is None and config.depends_on_seq_len:
+        return jnp.max(positions, initial=0) + 1
+    return seq_len
 
 
 def rope_cos_sin(
-    positions: jax.Array, config: RopeConfig, *, seq_len: Any = None
+    positions: jax.Array, config: RopeConfig, *, seq_len: SeqLen = None
 ) -> RopeTables:
     """``cos(p * inv_freq) * a`` and ``sin(p * inv_freq) * a`` for integer positions.
 
     Args:
       positions: integer ``[...]`` (e.g. ``[B, L]`` or ``[L]``), traced or concrete.
       config: the RoPE configuration.
-      seq_len: for dynamic NTK and LongRoPE; None means ``max(positions) + 1``,
-        computed inside the graph (as Hugging Face does), so new position values never
-        recompile.
+      seq_len: for dynamic NTK and LongRoPE: an int or int scalar shared by all
+        tokens, or an integer array broadcastable to ``positions`` (one per token);
+        None means ``max(positions) + 1``, computed inside the graph (as Hugging
+        Face does), so new position values never recompile.
 
     Returns:
       ``RopeTables(cos, sin)``, each float32 ``positions.shape + (R/2,)``, with the
       attention scaling ``a`` multiplied in.
 
     Raises:
-      TypeError: non-integer positions.
+      TypeError: non-integer positions or ``seq_len``.
+      ValueError: a per-token ``seq_len`` that does not broadcast to ``positions``.
 
     Examples:
       >>> cos, sin = fp.rope_cos_sin(jnp.arange(3), fp.RopeConfig(head_dim=4))
@@ -207,11 +255,19 @@ def rope_cos_sin(
       [[0.0, 0.0], [0.8414999842643738, 0.009999999776482582], [0.9092999696731567, 0.019999999552965164]]
     """
     positions = check_integer_array("positions", positions)
-    if seq_len is None and isinstance(config.scaling, SEQ_LEN_DEPENDENT):
-        seq_len = jnp.max(positions, initial=0) + 1
+    seq_len = _seq_len_of(positions, config, _check_seq_len(seq_len))
+    if getattr(seq_len, "ndim", 0):
+        try:
+            seq_len = jnp.broadcast_to(seq_len, positions.shape)
+        except ValueError:
+            raise ValueError(
+                f"A per-token `seq_len` must broadcast to positions {positions.shape}, "
+                f"got shape {seq_len.shape}."
+            ) from None
     inv_freq, attention_scaling = rope_frequencies(config, seq_len=seq_len)
     angles = position_angles(positions, inv_freq)
     scale = jnp.asarray(attention_scaling, jnp.float32)
+    scale = scale.reshape(scale.shape + (1,) * (angles.ndim - scale.ndim))
     return RopeTables(jnp.cos(angles) * scale, jnp.sin(angles) * scale)
 
 
@@ -245,7 +301,10 @@ def rope_rotate(
       >>> fp.rope_rotate(x, jnp.array([[0.0]]), jnp.array([[1.0]])).tolist()
       [[[0.0, 1.0]]]
     """
-    check_choice("layout", layout, LAYOUTS)
+    check_choice("layout", layout, _LAYOUTS)
+    check_float_array("x", x)
+    check_float_array("cos", cos)
+    check_float_array("sin", sin)
     if x.ndim < 3:
         raise ValueError(
             f"`x` must be [..., L, N, H] (rank >= 3), got shape {x.shape}."
@@ -259,7 +318,13 @@ def rope_rotate(
             f"`cos` must be [..., L, R/2] with R <= head_dim ({x.shape[-1]}), got "
             f"shape {cos.shape}."
         )
-    check_broadcastable("cos.shape[:-1]", cos.shape[:-1], "x.shape[:-2]", x.shape[:-2])
+    table_shape = cos.shape[:-1]
+    if not obeys_positions_rule(table_shape, x.shape[:-2]):
+        raise ValueError(
+            f"`cos` and `sin` must be [..., L, R/2] with L = x.shape[-3] "
+            f"({x.shape[-3]}) and leading axes that broadcast to x.shape[:-3] "
+            f"{x.shape[:-3]}, got shape {cos.shape}."
+        )
     half = cos.shape[-1]
     rotary_dim = 2 * half
     head_dim = x.shape[-1]
@@ -303,13 +368,17 @@ def _pad_features(t: jax.Array, low: int, size: int) -> jax.Array:
 
 
 def apply_rope(
-    x: jax.Array, positions: jax.Array, config: RopeConfig, *, seq_len: Any = None
+    x: jax.Array, positions: jax.Array, config: RopeConfig, *, seq_len: SeqLen = None
 ) -> jax.Array:
     """Applies RoPE to q or k at integer positions.
 
+    For q and k together (one ``seq_len`` for both, as dynamic NTK and LongRoPE
+    need), use :func:`apply_rope_qk`.
+
     Args:
-      x: ``[..., L, N, H]`` with ``H == config.head_dim``.
-      positions: integer ``[..., L]``, broadcastable to ``x.shape[:-2]``.
+      x: ``[..., L, N, H]`` floating, with ``H == config.head_dim``.
+      positions: integer ``[..., L]``: one position per token (the length axis
+        equals ``L``); leading axes broadcast to ``x.shape[:-3]``.
       config: the RoPE configuration.
       seq_len: see :func:`rope_cos_sin`.
 
@@ -317,8 +386,9 @@ def apply_rope(
       ``[..., L, N, H]`` in ``x.dtype``; features past ``rotary_dim`` unchanged.
 
     Raises:
-      ValueError: ``H != config.head_dim`` or positions not broadcastable.
-      TypeError: non-integer positions.
+      ValueError: ``H != config.head_dim``, or positions that break the positions
+        rule (e.g. ``[1]`` for ``L = 5``, or a shape that would enlarge the output).
+      TypeError: non-integer positions or a non-floating ``x``.
 
     Examples:
       >>> q = jnp.ones((2, 16, 4, 64), jnp.bfloat16)  # [B, L, N, H]
@@ -332,10 +402,91 @@ def apply_rope(
       dtype(bfloat16)
     """
     check_heads_array("x", x, config.head_dim)
-    positions = check_integer_array("positions", positions)
-    check_broadcastable("positions", positions.shape, "x.shape[:-2]", x.shape[:-2])
+    check_float_array("x", x)
+    positions = check_positions("positions", positions, "x.shape[:-2]", x.shape[:-2])
     cos, sin = rope_cos_sin(positions, config, seq_len=seq_len)
     return rope_rotate(x, cos, sin, layout=config.layout)
+
+
+def apply_rope_qk(
+    q: jax.Array,
+    k: jax.Array,
+    positions: jax.Array,
+    config: RopeConfig,
+    *,
+    k_positions: jax.Array | None = None,
+    seq_len: SeqLen = None,
+) -> tuple[jax.Array, jax.Array]:
+    """Applies RoPE to q and k with one set of frequencies, so scores stay relative.
+
+    Dynamic NTK and LongRoPE depend on ``seq_len``: rotating q and k with separate
+    :func:`apply_rope` calls would give them ``max(positions) + 1`` of their own
+    positions, hence different frequencies in a decode step. Here both see the
+    same ``seq_len`` (given, or ``max`` over q's and k's positions ``+ 1``). k may
+    have fewer heads than q (grouped-query attention).
+
+    Args:
+      q: ``[..., L, N, H]`` floating, ``H == config.head_dim``.
+      k: ``[..., S, K, H]`` floating (``K`` kv heads).
+      positions: integer ``[..., L]``.
+      config: the RoPE configuration.
+      k_positions: integer ``[..., S]``; None means ``positions`` (then ``S`` must
+        equal ``L``, and one cos/sin table serves both). Pass it for a key cache.
+      seq_len: see :func:`rope_cos_sin`.
+
+    Returns:
+      ``(q, k)`` rotated, in their own dtypes.
+
+    Raises:
+      ValueError: head sizes, or positions that break the positions rule (e.g. a
+        decode step's ``[B, 1]`` q positions used for a whole key cache).
+      TypeError: non-integer positions or non-floating q/k.
+
+    Examples:
+      >>> q = jnp.ones((2, 1, 8, 64))  # one decode step, 8 query heads
+      >>> k = jnp.ones((2, 16, 2, 64))  # the whole cache, 2 kv heads
+      >>> config = fp.RopeConfig(head_dim=64)
+      >>> q, k = fp.apply_rope_qk(q, k, jnp.full((2, 1), 15), config,
+      ...     k_positions=jnp.arange(16))
+      >>> q.shape, k.shape
+      ((2, 1, 8, 64), (2, 16, 2, 64))
+    """
+    check_heads_array("q", q, config.head_dim)
+    check_heads_array("k", k, config.head_dim)
+    check_float_array("q", q)
+    check_float_array("k", k)
+    positions = check_positions(
+        "positions", positions, "q.shape[:-2]", q.shape[:-2]
+    )
+    if k_positions is None:
+        check_positions(
+            "positions (also k's, as k_positions is None)",
+            positions,
+            "k.shape[:-2]",
+            k.shape[:-2],
+        )
+        cos, sin = rope_cos_sin(positions, config, seq_len=seq_len)
+        return (
+            rope_rotate(q, cos, sin, layout=config.layout),
+            rope_rotate(k, cos, sin, layout=config.layout),
+        )
+    k_positions = check_positions(
+        "k_positions", k_positions, "k.shape[:-2]", k.shape[:-2]
+    )
+    seq_len = _check_seq_len(seq_len)
+    if seq_len is None and config.depends_on_seq_len:
+        seq_len = (
+            jnp.maximum(
+                jnp.max(positions, initial=0), jnp.max(k_positions, initial=0)
+            )
+            + 1
+        )
+    q_cos, q_sin = rope_cos_sin(positions, config, seq_len=seq_len)
+    k_cos, k_sin = rope_cos_sin(k_positions, config, seq_len=seq_len)
+    return (
+        rope_rotate(q, q_cos, q_sin, layout=config.layout),
+        rope_rotate(k, k_cos, k_sin, layout=config.layout),
+    )
 
 
 def rope_permute_layout(
@@ -345,51 +496,73 @@ def rope_permute_layout(
     source: RopeLayout,
     target: RopeLayout,
     axis: int = -1,
+    head_dim: int | None = None,
 ) -> jax.Array:
     """Reorders per-head features from one RoPE pairing to the other.
 
     What checkpoint converters do by hand (e.g. Meta Llama -> Hugging Face): apply it
-    to the output-feature axis of the q and k projection kernels (size ``H`` per head,
-    e.g. a ``[D, N, H]`` kernel with ``axis=-1``) and ``target``-layout RoPE on the
-    new weights gives the permuted result of ``source``-layout RoPE on the old ones,
-    with identical attention scores. Features past ``rotary_dim`` stay in place.
+    to the output-feature axis of the q and k projection kernels and
+    ``target``-layout RoPE on the new weights gives the permuted result of
+    ``source``-layout RoPE on the old ones, with identical attention scores.
+    Features past ``rotary_dim`` stay in place within each head.
 
-    Interleaved -> half takes features ``(0, 2, ..., R-2, 1, 3, ..., R-1)``.
+    Interleaved -> half takes features ``(0, 2, ..., R-2, 1, 3, ..., R-1)`` of
+    every head.
 
     Args:
-      w: an array with a per-head feature axis of size ``H``.
-      rotary_dim: ``R``, the number of rotated features (even, ``<= H``).
+      w: an array whose ``axis`` holds ``N`` heads of ``H`` features each: a
+        ``[D, N, H]`` kernel with the default ``axis=-1``, or a fused ``[D, N * H]``
+        (flax) / ``[N * H, D]`` (torch, ``axis=0``) kernel with ``head_dim=H``.
+      rotary_dim: ``R``, the number of rotated features per head (even, ``<= H``).
       source: the layout ``w`` was trained for, ``"half"`` or ``"interleaved"``.
       target: the layout it will be used with.
-      axis: the per-head feature axis of ``w``.
+      axis: the feature axis of ``w``.
+      head_dim: ``H``, the features per head along ``axis``; None means the whole
+        axis is one head.
 
     Returns:
-      ``w`` with that axis reordered (unchanged when ``source == target``).
+      ``w`` with that axis reordered head by head (unchanged when ``source ==
+      target``).
 
     Raises:
-      TypeError: non-int ``rotary_dim``.
-      ValueError: an unknown layout, or an odd ``rotary_dim`` or one larger than the
-        axis.
+      TypeError: non-int ``rotary_dim`` or ``head_dim``.
+      ValueError: an unknown layout, an ``axis`` out of range, a ``head_dim`` that
+        does not divide the axis, or an odd ``rotary_dim`` or one larger than ``H``.
 
     Examples:
       >>> fp.rope_permute_layout(jnp.arange(6), rotary_dim=4, source="interleaved",
       ...     target="half").tolist()
       [0, 2, 1, 3, 4, 5]
+
+      A fused kernel of two heads of 4 features, permuted per head:
+
+      >>> fp.rope_permute_layout(jnp.arange(8), rotary_dim=4, head_dim=4,
+      ...     source="interleaved", target="half").tolist()
+      [0, 2, 1, 3, 4, 6, 5, 7]
     """
-    check_choice("source", source, LAYOUTS)
-    check_choice("target", target, LAYOUTS)
+    check_choice("source", source, _LAYOUTS)
+    check_choice("target", target, _LAYOUTS)
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"`axis` must be an int, got {axis!r}.")
     if not -w.ndim <= axis < w.ndim:
         raise ValueError(f"`axis` must index w of shape {w.shape}, got {axis}.")
     size = w.shape[axis]
-    check_positive_int("rotary_dim", rotary_dim)
-    if rotary_dim % 2 or rotary_dim > size:
+    head = size if head_dim is None else check_positive_int("head_dim", head_dim)
+    if size % head:
         raise ValueError(
-            f"`rotary_dim` must be even and <= w.shape[{axis}] ({size}), got {rotary_dim}."
+            f"`head_dim` ({head}) must divide w.shape[{axis}] ({size}) into heads."
         )
-    order = np.arange(size)
+    check_positive_int("rotary_dim", rotary_dim)
+    if rotary_dim % 2 or rotary_dim > head:
+        raise ValueError(
+            f"`rotary_dim` must be even and <= the head size ({head}), got "
+            f"{rotary_dim}."
+        )
+    order = np.arange(head)
     if source != target:
         to_half = np.concatenate(
             [np.arange(0, rotary_dim, 2), np.arange(1, rotary_dim, 2)]
         )
         order[:rotary_dim] = to_half if target == "half" else np.argsort(to_half)
+    order = (np.arange(0, size, head)[:, None] + order[None, :]).reshape(-1)
     return jnp.take(w, jnp.asarray(order), axis=axis)

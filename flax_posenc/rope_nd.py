@@ -37,10 +37,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from flax_posenc._validation import (
-    check_broadcastable,
+    check_float_array,
     check_heads_array,
     check_integer_array,
     check_positive_int,
+    obeys_positions_rule,
 )
 from flax_posenc.rope import RopeConfig, RopeTables, rope_cos_sin, rope_rotate
 
@@ -124,15 +125,16 @@ def apply_axial_rope(
       (2, 196, 4, 64)
     """
     check_heads_array("x", x, config.head_dim)
+    check_float_array("x", x)
     positions = check_integer_array("positions", positions)
-    if positions.ndim < 2:
+    if positions.ndim < 2 or not obeys_positions_rule(
+        positions.shape[:-1], x.shape[:-2]
+    ):
         raise ValueError(
             "`positions` must be [..., L, A] (one coordinate per axis for each "
-            f"token), got shape {positions.shape}."
+            f"token, L = x.shape[-3] = {x.shape[-3]}, leading axes broadcasting to "
+            f"x.shape[:-3] = {x.shape[:-3]}), got shape {positions.shape}."
         )
-    check_broadcastable(
-        "positions.shape[:-1]", positions.shape[:-1], "x.shape[:-2]", x.shape[:-2]
-    )
     cos, sin = axial_rope_cos_sin(positions, config, seq_len=seq_len)
     return rope_rotate(x, cos, sin, layout=config.layout)
 
@@ -252,10 +254,14 @@ def apply_mrope(
       (1, 10, 28, 128)
     """
     check_heads_array("x", x, config.head_dim)
+    check_float_array("x", x)
     sections = _check_mrope_section(mrope_section, config)
     positions = _check_mrope_positions(positions, sections)
-    check_broadcastable(
-        "positions.shape[1:]", positions.shape[1:], "x.shape[:-2]", x.shape[:-2]
-    )
+    if not obeys_positions_rule(positions.shape[1:], x.shape[:-2]):
+        raise ValueError(
+            f"`positions` must be [A, ..., L] with L = x.shape[-3] = {x.shape[-3]} "
+            f"and leading axes broadcasting to x.shape[:-3] = {x.shape[:-3]}, got "
+            f"shape {positions.shape}."
+        )
     cos, sin = mrope_cos_sin(positions, config, mrope_section=sections, seq_len=seq_len)
     return rope_rotate(x, cos, sin, layout=config.layout)

@@ -2,11 +2,13 @@
 ``(inv_freq [R/2], attention_scaling)``, numerically as Hugging Face transformers does.
 
 ``R`` is ``rotary_dim``; ``inv_freq_default[i] = theta^(-2i/R)``. Each family is a small
-frozen dataclass whose fields carry the Hugging Face names, and whose ``frequencies``
-method is the one function computing its inverse frequencies. Static families are
-computed in float64 numpy and rounded once to float32 (XLA folds them as constants);
-``seq_len``-dependent families (dynamic NTK, LongRoPE) compute inside the graph, so
-changing ``seq_len`` never recompiles.
+frozen dataclass of plain host data whose fields carry the Hugging Face names; it
+follows the :class:`RopeScalingFamily` protocol: ``validate`` checks it against a
+rotary size in pure Python (no device work), and ``frequencies`` is the one function
+computing its inverse frequencies. Static families are computed in float64 numpy and
+rounded once to float32 (XLA folds them as constants); ``seq_len``-dependent families
+(dynamic NTK, LongRoPE) compute inside the graph, so changing ``seq_len`` never
+recompiles.
 
 References: position interpolation (Chen et al., 2023); NTK-aware scaling (bloc97,
 2023); YaRN (Peng et al., 2023); LongRoPE (Ding et al., 2024); Llama 3 (Meta, 2024).
@@ -17,23 +19,67 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
-from typing import NamedTuple
+import warnings
+from typing import ClassVar, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flax_posenc._validation import check_positive_float, check_positive_int
+from flax_posenc._validation import (
+    check_bool,
+    check_float,
+    check_positive_float,
+    check_positive_int,
+)
+
+__all__ = [
+    "DynamicNTKScaling",
+    "LinearScaling",
+    "Llama3Scaling",
+    "LongRopeScaling",
+    "NTKScaling",
+    "ProportionalScaling",
+    "RopeFrequencies",
+    "RopeScaling",
+    "RopeScalingFamily",
+    "SeqLen",
+    "YarnScaling",
+]
+
+SeqLen = int | jax.Array | None
+"""A sequence length: a Python int, a traced int scalar, or None (see each family)."""
 
 
 class RopeFrequencies(NamedTuple):
-    """``inv_freq``: float32 ``[R/2]``; ``attention_scaling``: multiplies cos and sin."""
+    """``inv_freq``: float32 ``[R/2]`` (or ``[..., R/2]`` for a per-token
+    ``seq_len``); ``attention_scaling``: multiplies cos and sin."""
 
     inv_freq: jax.Array
     attention_scaling: float | jax.Array
 
 
-def default_inv_freq(theta: float, rotary_dim: int) -> np.ndarray:
+class RopeScalingFamily(Protocol):
+    """What every scaling family provides (:class:`RopeConfig` relies on nothing else).
+
+    Attributes:
+      depends_on_seq_len: whether ``frequencies`` uses ``seq_len``.
+    """
+
+    depends_on_seq_len: ClassVar[bool]
+
+    def validate(self, theta: float, rotary_dim: int) -> None:
+        """Raises ``ValueError`` unless the family fits ``theta`` and ``rotary_dim``."""
+        ...
+
+    def frequencies(
+        self, theta: float, rotary_dim: int, seq_len: SeqLen = None
+    ) -> RopeFrequencies:
+        """``(inv_freq, attention_scaling)`` for ``rotary_dim`` rotated features."""
+        ...
+
+
+def _default_inv_freq(theta: float, rotary_dim: int) -> np.ndarray:
     """``theta^(-2i/R)`` for ``i < R/2`` in float64 (round to float32 once, later)."""
     return theta ** -(np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
 
@@ -42,54 +88,122 @@ def _static(inv_freq: np.ndarray, attention_scaling: float = 1.0) -> RopeFrequen
     return RopeFrequencies(jnp.asarray(inv_freq, jnp.float32), float(attention_scaling))
 
 
-def _check_factor(scaling, name: str = "factor") -> None:
-    check_positive_float(f"{type(scaling).__name__}.{name}", getattr(scaling, name))
+def _per_token(table: np.ndarray | jax.Array, seq_len: jax.Array) -> jax.Array:
+    """float32 ``table [F]`` as ``[1, ..., 1, F]`` to pair with ``seq_len [...]``."""
+    table = jnp.asarray(table, jnp.float32)
+    return table.reshape((1,) * seq_len.ndim + table.shape)
 
 
-def _check_original_length(scaling) -> None:
-    """The pre-training length ``original_max_position_embeddings`` is an int >= 1."""
-    check_positive_int(
-        f"{type(scaling).__name__}.original_max_position_embeddings",
-        scaling.original_max_position_embeddings,
+def _name(scaling: object, field: str) -> str:
+    return f"{type(scaling).__name__}.{field}"
+
+
+def _positive(scaling: object, field: str) -> None:
+    """Checks (and normalises to float) the positive finite field ``field``."""
+    value = check_positive_float(_name(scaling, field), getattr(scaling, field))
+    object.__setattr__(scaling, field, value)
+
+
+def _optional_positive(scaling: object, field: str) -> None:
+    if getattr(scaling, field) is not None:
+        _positive(scaling, field)
+
+
+def _length(scaling: object, field: str = "original_max_position_embeddings") -> None:
+    """A length is an int >= 1 (``4096.0`` from JSON is accepted, ``4096.7`` is not)."""
+    value = getattr(scaling, field)
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        value = int(value)
+    object.__setattr__(
+        scaling, field, check_positive_int(_name(scaling, field), value)
     )
 
 
-def _check_rotary_dim_above_two(scaling, rotary_dim: int) -> None:
+def _rotary_dim_above_two(scaling: object, rotary_dim: int) -> None:
     """The NTK exponent ``R / (R - 2)`` needs ``R > 2``."""
     if rotary_dim <= 2:
         raise ValueError(
-            f"{type(scaling).__name__} needs rotary_dim > 2, got {rotary_dim}."
+            f"{type(scaling).__name__} needs rotary_dim > 2 (its exponent is "
+            f"R / (R - 2)), got {rotary_dim}."
         )
+
+
+def _ntk_theta(theta: float, factor: float, rotary_dim: int) -> float:
+    return theta * factor ** (rotary_dim / (rotary_dim - 2))
 
 
 @dataclasses.dataclass(frozen=True)
 class LinearScaling:
-    """Position interpolation: ``inv_freq = inv_freq_default / factor``."""
+    """Position interpolation: ``inv_freq = inv_freq_default / factor``.
+
+    Attributes:
+      factor: the interpolation factor (> 0), HF's ``factor``.
+    """
 
     factor: float
+    depends_on_seq_len: ClassVar[bool] = False
 
     def __post_init__(self):
-        _check_factor(self)
+        _positive(self, "factor")
 
-    def frequencies(self, theta, rotary_dim, seq_len=None) -> RopeFrequencies:
+    def validate(self, theta: float, rotary_dim: int) -> None:
+        """Any ``theta`` and ``rotary_dim`` fit."""
+        del theta, rotary_dim
+
+    def frequencies(
+        self, theta: float, rotary_dim: int, seq_len: SeqLen = None
+    ) -> RopeFrequencies:
+        """``theta^(-2i/R) / factor``."""
         del seq_len
-        return _static(default_inv_freq(theta, rotary_dim) / self.factor)
+        return _static(_default_inv_freq(theta, rotary_dim) / self.factor)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, init=False)
 class NTKScaling:
-    """Static NTK-aware scaling: ``theta' = theta * alpha^(R / (R - 2))``."""
+    """Static NTK-aware scaling: ``theta' = theta * factor^(R / (R - 2))``.
 
-    alpha: float
+    transformers' static NTK (and Hunyuan's ``alpha``) use this formula.
 
-    def __post_init__(self):
-        _check_factor(self, "alpha")
+    Attributes:
+      factor: the NTK factor (> 0). ``NTKScaling(alpha=...)`` is a deprecated
+        spelling of it.
+    """
 
-    def frequencies(self, theta, rotary_dim, seq_len=None) -> RopeFrequencies:
+    factor: float
+    depends_on_seq_len: ClassVar[bool] = False
+
+    def __init__(self, factor: float | None = None, *, alpha: float | None = None):
+        if alpha is not None:
+            warnings.warn(
+                "NTKScaling(alpha=...) is deprecated; use NTKScaling(factor=...).",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            if factor is not None:
+                raise ValueError("Give NTKScaling `factor` or `alpha`, not both.")
+            factor = alpha
+        if factor is None:
+            raise TypeError("NTKScaling needs `factor`.")
+        object.__setattr__(self, "factor", factor)
+        _positive(self, "factor")
+
+    @property
+    def alpha(self) -> float:
+        """Deprecated name of ``factor``."""
+        return self.factor
+
+    def validate(self, theta: float, rotary_dim: int) -> None:
+        """Needs ``rotary_dim > 2``."""
+        del theta
+        _rotary_dim_above_two(self, rotary_dim)
+
+    def frequencies(
+        self, theta: float, rotary_dim: int, seq_len: SeqLen = None
+    ) -> RopeFrequencies:
+        """``theta'^(-2i/R)`` with ``theta' = theta * factor^(R/(R-2))``."""
         del seq_len
-        _check_rotary_dim_above_two(self, rotary_dim)
-        scaled_theta = theta * self.alpha ** (rotary_dim / (rotary_dim - 2))
-        return _static(default_inv_freq(scaled_theta, rotary_dim))
+        scaled_theta = _ntk_theta(theta, self.factor, rotary_dim)
+        return _static(_default_inv_freq(scaled_theta, rotary_dim))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,18 +213,30 @@ class DynamicNTKScaling:
     ``config.max_position_embeddings`` for ``rope_type="dynamic"``):
 
     ``s = max(seq_len, orig)``, ``theta' = theta * (factor * s / orig - (factor - 1))^(R/(R-2))``.
-    ``seq_len`` may be traced; None means ``orig`` (the unscaled frequencies).
+
+    Attributes:
+      factor: the scaling factor (> 0).
+      original_max_position_embeddings: ``orig``, the pre-training length.
     """
 
     factor: float
     original_max_position_embeddings: int
+    depends_on_seq_len: ClassVar[bool] = True
 
     def __post_init__(self):
-        _check_factor(self)
-        _check_original_length(self)
+        _positive(self, "factor")
+        _length(self)
 
-    def frequencies(self, theta, rotary_dim, seq_len=None) -> RopeFrequencies:
-        _check_rotary_dim_above_two(self, rotary_dim)
+    def validate(self, theta: float, rotary_dim: int) -> None:
+        """Needs ``rotary_dim > 2``."""
+        del theta
+        _rotary_dim_above_two(self, rotary_dim)
+
+    def frequencies(
+        self, theta: float, rotary_dim: int, seq_len: SeqLen = None
+    ) -> RopeFrequencies:
+        """The frequencies at ``seq_len`` (int, traced, or ``[...]`` per token);
+        None means ``orig`` (the unscaled frequencies)."""
         original = self.original_max_position_embeddings
         if seq_len is None:
             seq_len = original
@@ -118,13 +244,13 @@ class DynamicNTKScaling:
         ratio = self.factor * seq_len / original - (self.factor - 1.0)
         # theta'^(-2i/R) = theta^(-2i/R) * ratio^(-(R/(R-2)) 2i/R): the static part is
         # rounded once, and the traced correction is exactly 1 up to the original length.
-        exponent = np.arange(0, rotary_dim, 2) / (rotary_dim - 2)
-        growth = jnp.exp(-jnp.log(ratio) * jnp.asarray(exponent, jnp.float32))
-        base = jnp.asarray(default_inv_freq(theta, rotary_dim), jnp.float32)
+        exponent = _per_token(np.arange(0, rotary_dim, 2) / (rotary_dim - 2), ratio)
+        growth = jnp.exp(-jnp.log(ratio)[..., None] * exponent)
+        base = _per_token(_default_inv_freq(theta, rotary_dim), ratio)
         return RopeFrequencies(base * growth, 1.0)
 
 
-def yarn_mscale(scale: float, mscale: float = 1.0) -> float:
+def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
     """YaRN's magnitude correction ``0.1 * mscale * ln(scale) + 1`` (1 for scale <= 1)."""
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
@@ -135,11 +261,21 @@ class YarnScaling:
     cos/sin by an attention factor.
 
     With ``d(r) = R * ln(orig / (2 pi r)) / (2 ln theta)``, the ramp runs over
-    dimensions ``[d(beta_fast), d(beta_slow)]`` (floored/ceiled when ``truncate``), and
-    ``inv_freq = interp * (1 - e) + extrap * e`` where ``e = 1 - ramp``,
+    dimensions ``[d(beta_fast), d(beta_slow)]`` (floored/ceiled when ``truncate``),
+    and ``inv_freq = interp * ramp + extrap * (1 - ramp)`` where
     ``extrap = inv_freq_default``, ``interp = extrap / factor``.
-    ``attention_factor`` defaults to ``mscale(factor, mscale) / mscale(factor,
-    mscale_all_dim)`` when both are set, else ``0.1 ln(factor) + 1``.
+
+    Attributes:
+      factor: the context extension factor (> 0).
+      original_max_position_embeddings: ``orig``, the pre-training length.
+      beta_fast: rotations at which the ramp starts (> beta_slow).
+      beta_slow: rotations at which the ramp ends.
+      mscale: DeepSeek's ``mscale`` (with ``mscale_all_dim``), or None.
+      mscale_all_dim: DeepSeek's ``mscale_all_dim``, or None.
+      attention_factor: the cos/sin magnitude; None means
+        ``mscale(factor, mscale) / mscale(factor, mscale_all_dim)`` when both are set,
+        else ``0.1 ln(factor) + 1``.
+      truncate: floor/ceil the ramp's ends (HF's default True; gpt-oss False).
     """
 
     factor: float
@@ -150,32 +286,70 @@ class YarnScaling:
     mscale_all_dim: float | None = None
     attention_factor: float | None = None
     truncate: bool = True
+    depends_on_seq_len: ClassVar[bool] = False
 
     def __post_init__(self):
-        _check_factor(self)
-        _check_factor(self, "beta_fast")
-        _check_factor(self, "beta_slow")
-        _check_original_length(self)
-        if self.attention_factor is not None:
-            _check_factor(self, "attention_factor")
+        _positive(self, "factor")
+        _length(self)
+        _positive(self, "beta_fast")
+        _positive(self, "beta_slow")
+        if self.beta_fast <= self.beta_slow:
+            raise ValueError(
+                "`YarnScaling.beta_fast` must exceed beta_slow (the ramp runs from "
+                f"the fast to the slow rotations), got beta_fast={self.beta_fast} <= "
+                f"beta_slow={self.beta_slow}."
+            )
+        for field in ("mscale", "mscale_all_dim"):
+            if getattr(self, field) is not None:
+                object.__setattr__(
+                    self, field, check_float(_name(self, field), getattr(self, field))
+                )
+        _optional_positive(self, "attention_factor")
+        check_bool(_name(self, "truncate"), self.truncate)
 
-    def default_attention_factor(self) -> float:
+    def effective_attention_factor(self) -> float:
+        """The factor cos and sin are multiplied by (see ``attention_factor``)."""
         if self.attention_factor is not None:
             return self.attention_factor
         if self.mscale and self.mscale_all_dim:
-            return yarn_mscale(self.factor, self.mscale) / yarn_mscale(
+            return _yarn_mscale(self.factor, self.mscale) / _yarn_mscale(
                 self.factor, self.mscale_all_dim
             )
-        return yarn_mscale(self.factor)
+        return _yarn_mscale(self.factor)
 
-    def frequencies(self, theta, rotary_dim, seq_len=None) -> RopeFrequencies:
-        del seq_len
+    def default_attention_factor(self) -> float:
+        """Deprecated name of :meth:`effective_attention_factor`."""
+        warnings.warn(
+            "default_attention_factor() is deprecated; use "
+            "effective_attention_factor().",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.effective_attention_factor()
+
+    def softmax_scale_factor(self) -> float:
+        """DeepSeek's correction of the softmax scale, ``mscale(factor,
+        mscale_all_dim)^2`` (1 without ``mscale_all_dim``): DeepSeek-V2/V3 multiply
+        ``1/sqrt(head_dim)`` by it, apart from the cos/sin factor."""
+        if not self.mscale_all_dim:
+            return 1.0
+        return _yarn_mscale(self.factor, self.mscale_all_dim) ** 2
+
+    def validate(self, theta: float, rotary_dim: int) -> None:
+        """Needs ``theta > 1`` (the ramp divides by ``ln theta``)."""
+        del rotary_dim
         if theta <= 1:
             raise ValueError(
                 f"YarnScaling needs theta > 1 (it divides by ln theta), got {theta}."
             )
 
-        def correction_dim(rotations):
+    def frequencies(
+        self, theta: float, rotary_dim: int, seq_len: SeqLen = None
+    ) -> RopeFrequencies:
+        """The blended frequencies and the attention factor."""
+        del seq_len
+
+        def correction_dim(rotations: float) -> float:
             wavelengths = self.original_max_position_embeddings / (
                 rotations * 2 * math.pi
             )
@@ -188,10 +362,27 @@ class YarnScaling:
         if low == high:
             high += 0.001  # as HF: avoid a zero-width ramp
         ramp = np.clip((np.arange(rotary_dim // 2) - low) / (high - low), 0.0, 1.0)
-        extrapolation = default_inv_freq(theta, rotary_dim)
+        extrapolation = _default_inv_freq(theta, rotary_dim)
         interpolation = extrapolation / self.factor
         inv_freq = interpolation * ramp + extrapolation * (1.0 - ramp)
-        return _static(inv_freq, self.default_attention_factor())
+        return _static(inv_freq, self.effective_attention_factor())
+
+
+def _factors(scaling: object, field: str) -> None:
+    """A tuple of positive finite floats (a JSON string is not a list of factors)."""
+    value = getattr(scaling, field)
+    if isinstance(value, (str, bytes)) or not isinstance(
+        value, (list, tuple, np.ndarray)
+    ):
+        raise TypeError(
+            f"`{_name(scaling, field)}` must be a list of positive numbers, got "
+            f"{value!r}."
+        )
+    value = tuple(
+        check_positive_float(f"{_name(scaling, field)}[{i}]", v)
+        for i, v in enumerate(np.asarray(value, dtype=object).reshape(-1).tolist())
+    )
+    object.__setattr__(scaling, field, value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,9 +390,19 @@ class LongRopeScaling:
     """LongRoPE (Phi-3): per-dimension rescale factors, ``short_factor`` up to the
     pre-training length and ``long_factor`` past it:
     ``inv_freq = inv_freq_default / ext``, ``ext = long_factor if seq_len > orig else
-    short_factor``. ``attention_factor`` defaults to ``sqrt(1 + ln(factor) / ln(orig))``
-    (1 when ``factor <= 1``), ``factor`` being HF's ``max_position_embeddings / orig``.
-    ``seq_len`` may be traced; None means the short factors.
+    short_factor``.
+
+    Attributes:
+      short_factor: ``R/2`` factors used up to ``orig``.
+      long_factor: ``R/2`` factors used past ``orig``.
+      original_max_position_embeddings: ``orig``, the pre-training length.
+      factor: HF's ``max_position_embeddings / orig`` (sets the default attention
+        factor).
+      attention_factor: the cos/sin magnitude; None means
+        ``sqrt(1 + ln(factor) / ln(orig))`` (1 when ``factor <= 1``).
+      short_mscale: Phi-3.5-MoE's cos/sin magnitude up to ``orig`` (replaces the
+        attention factor there), or None.
+      long_mscale: Phi-3.5-MoE's magnitude past ``orig``, or None.
     """
 
     short_factor: tuple[float, ...]
@@ -209,21 +410,26 @@ class LongRopeScaling:
     original_max_position_embeddings: int
     factor: float = 1.0
     attention_factor: float | None = None
+    short_mscale: float | None = None
+    long_mscale: float | None = None
+    depends_on_seq_len: ClassVar[bool] = True
 
     def __post_init__(self):
-        for name in ("short_factor", "long_factor"):
-            value = tuple(float(v) for v in getattr(self, name))
-            if not all(v > 0 and math.isfinite(v) for v in value):
-                raise ValueError(
-                    f"`LongRopeScaling.{name}` must be positive, got {value}."
-                )
-            object.__setattr__(self, name, value)
-        _check_factor(self)
-        _check_original_length(self)
-        if self.attention_factor is not None:
-            _check_factor(self, "attention_factor")
+        _factors(self, "short_factor")
+        _factors(self, "long_factor")
+        _positive(self, "factor")
+        _length(self)
+        _optional_positive(self, "attention_factor")
+        _optional_positive(self, "short_mscale")
+        _optional_positive(self, "long_mscale")
+        if (self.short_mscale is None) != (self.long_mscale is None):
+            raise ValueError(
+                "`LongRopeScaling.short_mscale` and `long_mscale` go together, got "
+                f"short_mscale={self.short_mscale}, long_mscale={self.long_mscale}."
+            )
 
-    def default_attention_factor(self) -> float:
+    def effective_attention_factor(self) -> float:
+        """The factor cos and sin are multiplied by (see ``attention_factor``)."""
         if self.attention_factor is not None:
             return self.attention_factor
         if self.factor <= 1.0:
@@ -231,21 +437,51 @@ class LongRopeScaling:
         ratio = math.log(self.factor) / math.log(self.original_max_position_embeddings)
         return math.sqrt(1 + ratio)
 
-    def frequencies(self, theta, rotary_dim, seq_len=None) -> RopeFrequencies:
-        for name in ("short_factor", "long_factor"):
-            if len(getattr(self, name)) != rotary_dim // 2:
+    def default_attention_factor(self) -> float:
+        """Deprecated name of :meth:`effective_attention_factor`."""
+        warnings.warn(
+            "default_attention_factor() is deprecated; use "
+            "effective_attention_factor().",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.effective_attention_factor()
+
+    def validate(self, theta: float, rotary_dim: int) -> None:
+        """Needs ``rotary_dim / 2`` factors in each list."""
+        del theta
+        for field in ("short_factor", "long_factor"):
+            if len(getattr(self, field)) != rotary_dim // 2:
                 raise ValueError(
-                    f"`LongRopeScaling.{name}` must have rotary_dim // 2 = "
-                    f"{rotary_dim // 2} entries, got {len(getattr(self, name))}."
+                    f"`LongRopeScaling.{field}` must have rotary_dim // 2 = "
+                    f"{rotary_dim // 2} entries, got {len(getattr(self, field))}."
                 )
-        base = default_inv_freq(theta, rotary_dim)
+        if self.factor > 1.0 and self.original_max_position_embeddings == 1:
+            raise ValueError(
+                "LongRopeScaling's default attention factor divides by "
+                "ln(original_max_position_embeddings); it must exceed 1, got 1."
+            )
+
+    def frequencies(
+        self, theta: float, rotary_dim: int, seq_len: SeqLen = None
+    ) -> RopeFrequencies:
+        """The factors of the regime of ``seq_len`` (int, traced or ``[...]`` per
+        token); None means the short regime."""
+        base = _default_inv_freq(theta, rotary_dim)
         short = jnp.asarray(base / np.asarray(self.short_factor), jnp.float32)
         long = jnp.asarray(base / np.asarray(self.long_factor), jnp.float32)
-        attention = self.default_attention_factor()
+        short_scale = self.short_mscale or self.effective_attention_factor()
+        long_scale = self.long_mscale or self.effective_attention_factor()
         if seq_len is None:
-            return RopeFrequencies(short, attention)
+            return RopeFrequencies(short, short_scale)
         is_long = jnp.asarray(seq_len) > self.original_max_position_embeddings
-        return RopeFrequencies(jnp.where(is_long, long, short), attention)
+        scale: float | jax.Array = short_scale
+        if long_scale != short_scale:
+            scale = jnp.where(is_long, long_scale, short_scale).astype(jnp.float32)
+        inv_freq = jnp.where(
+            is_long[..., None], _per_token(long, is_long), _per_token(short, is_long)
+        )
+        return RopeFrequencies(inv_freq, scale)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,38 +490,55 @@ class Llama3Scaling:
     low_freq_factor`` are divided by ``factor``, shorter than ``orig /
     high_freq_factor`` kept, and those between blended with
     ``s = (orig / w - low) / (high - low)``: ``(1 - s) inv_freq / factor + s inv_freq``.
+    With ``high_freq_factor == low_freq_factor`` (Llama 4) there is no blend band.
+
+    Attributes:
+      factor: the scaling of the long wavelengths (> 0).
+      low_freq_factor: sets the long-wavelength bound ``orig / low_freq_factor``.
+      high_freq_factor: sets the short-wavelength bound (>= low_freq_factor).
+      original_max_position_embeddings: ``orig``, the pre-training length.
     """
 
     factor: float
     low_freq_factor: float
     high_freq_factor: float
     original_max_position_embeddings: int
+    depends_on_seq_len: ClassVar[bool] = False
 
     def __post_init__(self):
-        _check_factor(self)
-        _check_factor(self, "low_freq_factor")
-        _check_factor(self, "high_freq_factor")
-        _check_original_length(self)
-        if self.high_freq_factor <= self.low_freq_factor:
+        _positive(self, "factor")
+        _positive(self, "low_freq_factor")
+        _positive(self, "high_freq_factor")
+        _length(self)
+        if self.high_freq_factor < self.low_freq_factor:
             raise ValueError(
-                "`Llama3Scaling.high_freq_factor` must exceed low_freq_factor, got "
-                f"{self.high_freq_factor} <= {self.low_freq_factor}."
+                "`Llama3Scaling.high_freq_factor` must be >= low_freq_factor, got "
+                f"{self.high_freq_factor} < {self.low_freq_factor}."
             )
 
-    def frequencies(self, theta, rotary_dim, seq_len=None) -> RopeFrequencies:
+    def validate(self, theta: float, rotary_dim: int) -> None:
+        """Any ``theta`` and ``rotary_dim`` fit."""
+        del theta, rotary_dim
+
+    def frequencies(
+        self, theta: float, rotary_dim: int, seq_len: SeqLen = None
+    ) -> RopeFrequencies:
+        """The banded frequencies."""
         del seq_len
         original = self.original_max_position_embeddings
-        inv_freq = default_inv_freq(theta, rotary_dim)
+        inv_freq = _default_inv_freq(theta, rotary_dim)
         wavelength = 2 * math.pi / inv_freq
-        smooth = (original / wavelength - self.low_freq_factor) / (
-            self.high_freq_factor - self.low_freq_factor
-        )
-        blended = (1 - smooth) * inv_freq / self.factor + smooth * inv_freq
-        scaled = np.where(
-            wavelength > original / self.low_freq_factor,
-            inv_freq / self.factor,
-            np.where(wavelength < original / self.high_freq_factor, inv_freq, blended),
-        )
+        low_bound = original / self.low_freq_factor
+        high_bound = original / self.high_freq_factor
+        scaled = np.where(wavelength > low_bound, inv_freq / self.factor, inv_freq)
+        band = (wavelength <= low_bound) & (wavelength >= high_bound)
+        if self.high_freq_factor > self.low_freq_factor and band.any():
+            smooth = (original / wavelength[band] - self.low_freq_factor) / (
+                self.high_freq_factor - self.low_freq_factor
+            )
+            scaled[band] = (1 - smooth) * inv_freq[band] / self.factor + smooth * (
+                inv_freq[band]
+            )
         return _static(scaled)
 
 
@@ -294,23 +547,36 @@ class ProportionalScaling:
     """Gemma 4's proportional RoPE: frequencies use the exponent ``2i / R`` of the
     full rotation but only the first ``int(partial_rotary_factor * R // 2)`` are
     non-zero (the rest do not rotate); all are divided by ``factor``.
+
+    Attributes:
+      partial_rotary_factor: the rotated fraction, in ``(0, 1]``.
+      factor: divides every frequency (> 0).
     """
 
     partial_rotary_factor: float
     factor: float = 1.0
+    depends_on_seq_len: ClassVar[bool] = False
 
     def __post_init__(self):
-        _check_factor(self)
-        if not 0.0 < self.partial_rotary_factor <= 1.0:
+        _positive(self, "factor")
+        _positive(self, "partial_rotary_factor")
+        if self.partial_rotary_factor > 1.0:
             raise ValueError(
                 "`ProportionalScaling.partial_rotary_factor` must be in (0, 1], got "
                 f"{self.partial_rotary_factor}."
             )
 
-    def frequencies(self, theta, rotary_dim, seq_len=None) -> RopeFrequencies:
+    def validate(self, theta: float, rotary_dim: int) -> None:
+        """Any ``theta`` and ``rotary_dim`` fit."""
+        del theta, rotary_dim
+
+    def frequencies(
+        self, theta: float, rotary_dim: int, seq_len: SeqLen = None
+    ) -> RopeFrequencies:
+        """The proportional frequencies, zero past the rotated fraction."""
         del seq_len
         rotated = int(self.partial_rotary_factor * rotary_dim // 2)
-        inv_freq = default_inv_freq(theta, rotary_dim)
+        inv_freq = _default_inv_freq(theta, rotary_dim)
         inv_freq[rotated:] = 0.0
         return _static(inv_freq / self.factor)
 
@@ -324,5 +590,6 @@ RopeScaling = (
     | Llama3Scaling
     | ProportionalScaling
 )
-SCALING_TYPES = typing.get_args(RopeScaling)
-SEQ_LEN_DEPENDENT = (DynamicNTKScaling, LongRopeScaling)
+"""Any of the scaling families."""
+
+_SCALING_TYPES = typing.get_args(RopeScaling)

@@ -36,9 +36,12 @@ import numpy as np
 
 from flax_posenc._angles import position_angles
 from flax_posenc._validation import (
+    check_bool,
     check_broadcastable,
+    check_float_array,
     check_heads_array,
     check_integer_array,
+    check_positions,
     check_positive_float,
 )
 from flax_posenc.rope import RopeConfig, RopeTables, rope_cos_sin, rope_rotate
@@ -80,11 +83,7 @@ def xpos_cos_sin(
       ValueError: non-positive ``scale_base`` or ``gamma``, bad ``center`` shape.
     """
     positions = check_integer_array("positions", positions)
-    if not isinstance(is_key, (bool, np.bool_)):
-        raise TypeError(
-            "`is_key` must be a bool (False for queries, True for keys), got "
-            f"{is_key!r}."
-        )
+    check_bool("is_key", is_key)
     scale_base = check_positive_float("scale_base", scale_base)
     gamma = check_positive_float("gamma", gamma)
     center = check_integer_array("center", center)
@@ -142,8 +141,8 @@ def apply_xpos(
       ((2, 16, 4, 64), dtype(bfloat16))
     """
     check_heads_array("x", x, config.head_dim)
-    positions = check_integer_array("positions", positions)
-    check_broadcastable("positions", positions.shape, "x.shape[:-2]", x.shape[:-2])
+    check_float_array("x", x)
+    positions = check_positions("positions", positions, "x.shape[:-2]", x.shape[:-2])
     cos, sin = xpos_cos_sin(
         positions,
         config,

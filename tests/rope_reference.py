@@ -34,7 +34,7 @@ def make_scaling(family, rotary_dim, original=ORIGINAL):
     return {
         "plain": lambda: None,
         "linear": lambda: fp.LinearScaling(factor=4.0),
-        "ntk": lambda: fp.NTKScaling(alpha=4.0),
+        "ntk": lambda: fp.NTKScaling(factor=4.0),
         "dynamic_ntk": lambda: fp.DynamicNTKScaling(
             factor=4.0, original_max_position_embeddings=original
         ),
@@ -158,7 +158,7 @@ def frequencies(config, seq_len=None):
     if isinstance(s, fp.LinearScaling):  # PI: position p -> p / factor
         return base / s.factor, 1.0
     if isinstance(s, fp.NTKScaling):
-        return default_inv_freq(theta * s.alpha**exponent, rotary_dim), 1.0
+        return default_inv_freq(theta * s.factor**exponent, rotary_dim), 1.0
     if isinstance(s, fp.DynamicNTKScaling):
         orig = s.original_max_position_embeddings
         length = orig if seq_len is None else max(seq_len, orig)

@@ -89,7 +89,7 @@ def test_learned_module_rejects_positions_past_the_table():
 @pytest.mark.parametrize(
     ("positions", "error", "match"),
     [
-        (jnp.arange(6), ValueError, "must broadcast to embeddings"),
+        (jnp.arange(6), ValueError, r"must be \[\.\.\., L\] with L = 5"),
         (jnp.arange(5.0), TypeError, "must be an integer"),
     ],
 )

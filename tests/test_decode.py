@@ -53,7 +53,7 @@ ENCODINGS = {
     "rope": rope(),
     "rope_interleaved_partial": rope(rotary_dim=4, layout="interleaved"),
     "rope_linear": rope(scaling=fp.LinearScaling(factor=4.0)),
-    "rope_ntk": rope(scaling=fp.NTKScaling(alpha=2.0)),
+    "rope_ntk": rope(scaling=fp.NTKScaling(factor=2.0)),
     "rope_dynamic_ntk": rope(scaling=fp.DynamicNTKScaling(factor=2.0, **LONG)),
     "rope_yarn": rope(scaling=fp.YarnScaling(factor=4.0, **LONG)),
     "rope_longrope": rope(

@@ -385,7 +385,7 @@ def long_rope(short, long):
         (
             lambda: fp.Llama3Scaling(8.0, 4.0, 1.0, 8192),
             ValueError,
-            "`Llama3Scaling.high_freq_factor` must exceed",
+            "`Llama3Scaling.high_freq_factor` must be >= low_freq_factor",
         ),
         (
             lambda: fp.ProportionalScaling(partial_rotary_factor=1.5),
@@ -410,12 +410,12 @@ def long_rope(short, long):
         (
             lambda: fp.apply_rope(X, jnp.arange(6), CONFIG),
             ValueError,
-            r"`positions` with shape \(6,\) must broadcast to x.shape\[:-2\]",
+            r"`positions` must be \[..., L\] with L = 5.*got shape \(6,\)",
         ),
         (
             lambda: fp.apply_rope(X, jnp.zeros((3, 5), int), CONFIG),
             ValueError,
-            r"`positions` with shape \(3, 5\)",
+            r"leading axes that broadcast to x.shape\[:-2\] = \(2, 5\); got shape \(3, 5\)",
         ),
         (lambda: fp.rope_cos_sin(jnp.arange(4.0), CONFIG), TypeError, "`positions`"),
         (
@@ -438,7 +438,7 @@ def long_rope(short, long):
         (
             lambda: fp.rope_rotate(X, jnp.ones((4, 4)), jnp.ones((4, 4))),
             ValueError,
-            r"`cos.shape\[:-1\]` with shape \(4,\)",
+            r"`cos` and `sin` must be \[..., L, R/2\] with L = x.shape\[-3\] \(5\)",
         ),
         (
             lambda: fp.rope_permute_layout(
@@ -452,7 +452,7 @@ def long_rope(short, long):
                 X, rotary_dim=7, source="half", target="half"
             ),
             ValueError,
-            r"`rotary_dim` must be even and <= w.shape\[-1\] \(8\), got 7",
+            r"`rotary_dim` must be even and <= the head size \(8\), got 7",
         ),
     ],
 )

@@ -8,7 +8,7 @@ import pytest
 import rope_reference as ref
 
 import flax_posenc as fp
-from flax_posenc import _rotary
+import flax_posenc.rope as rope_module
 from flax_posenc import linen as pl
 from flax_posenc import nnx as pn
 
@@ -64,7 +64,7 @@ def test_one_cos_sin_table_serves_q_and_k(monkeypatch):
         calls.append(args)
         return fp.rope_cos_sin(*args, **kwargs)
 
-    monkeypatch.setattr(_rotary, "rope_cos_sin", counting)
+    monkeypatch.setattr(rope_module, "rope_cos_sin", counting)
     pn.RotaryEmbedding(fp.RopeConfig(head_dim=8))(Q, K, POSITIONS)
     assert len(calls) == 1
     pn.RotaryEmbedding(fp.RopeConfig(head_dim=8))(Q, K, POSITIONS, POSITIONS)
@@ -125,17 +125,17 @@ def test_dynamic_families_share_frequencies_between_q_and_k(long_side):
         (
             (Q, K, POSITIONS[:, :4]),
             ValueError,
-            r"`positions` with shape \(2, 4\) must broadcast to q",
+            r"`positions` must be \[\.\.\., L\] with L = 5.*q.shape\[:-2\].*got shape \(2, 4\)",
         ),
         (
             (Q, K[:, :4], POSITIONS),
             ValueError,
-            r"`positions` with shape \(2, 5\) must broadcast to k",
+            r"`positions \(also k's, as k_positions is None\)` must be \[\.\.\., L\] with L = 4",
         ),
         (
             (Q, K[:, :4], POSITIONS, jnp.arange(5)),
             ValueError,
-            r"`k_positions` with shape \(5,\)",
+            r"`k_positions` must be \[\.\.\., L\] with L = 4.*got shape \(5,\)",
         ),
         (
             (Q, K, POSITIONS, jnp.arange(5.0)),
