@@ -29,7 +29,7 @@ def save(fig, name: str) -> None:
 
 def sinusoidal() -> None:
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
-    for ax, layout in zip(axes, ("interleaved", "concat"), strict=True):
+    for ax, layout in zip(axes, ("interleaved", "half"), strict=True):
         table = np.asarray(fp.sinusoidal_table(64, 32, layout=layout))
         ax.imshow(table, aspect="auto", cmap="RdBu", vmin=-1, vmax=1)
         ax.set(title=f'layout="{layout}"', xlabel="feature d", ylabel="position p")

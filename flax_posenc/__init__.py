@@ -18,6 +18,7 @@ from flax_posenc.alibi import alibi_bias as alibi_bias
 from flax_posenc.alibi import alibi_slopes as alibi_slopes
 from flax_posenc.attention import attention_fn_override as attention_fn_override
 from flax_posenc.attention import positional_attention_fn as positional_attention_fn
+from flax_posenc.hf import rope_config_from_hf as rope_config_from_hf
 from flax_posenc.learned import learned_embedding_lookup as learned_embedding_lookup
 from flax_posenc.positions import grid_positions as grid_positions
 from flax_posenc.positions import positions_from_offsets as positions_from_offsets
@@ -30,7 +31,6 @@ from flax_posenc.positions import (
 from flax_posenc.positions import relative_positions as relative_positions
 from flax_posenc.relative import relative_position_bias as relative_position_bias
 from flax_posenc.relative import relative_position_bucket as relative_position_bucket
-from flax_posenc.hf import rope_config_from_hf as rope_config_from_hf
 from flax_posenc.rope import RopeConfig as RopeConfig
 from flax_posenc.rope import RopeLayout as RopeLayout
 from flax_posenc.rope import RopeTables as RopeTables

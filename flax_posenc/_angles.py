@@ -22,5 +22,7 @@ def position_angles(positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
     """
     positions = positions.astype(jnp.float32)[..., None]
     inv_freq = jnp.asarray(inv_freq, jnp.float32)
-    inv_freq = inv_freq.reshape((1,) * (positions.ndim - inv_freq.ndim) + inv_freq.shape)
+    inv_freq = inv_freq.reshape(
+        (1,) * (positions.ndim - inv_freq.ndim) + inv_freq.shape
+    )
     return positions * inv_freq

@@ -12,7 +12,11 @@ from flax_posenc._validation import (
     check_positive_int,
 )
 from flax_posenc.learned import OutOfRange, learned_embedding_lookup
-from flax_posenc.sinusoidal import Layout, Spacing, sinusoidal_encoding
+from flax_posenc.sinusoidal import (
+    SinusoidalLayout,
+    SinusoidalSpacing,
+    sinusoidal_encoding,
+)
 
 
 def embedding_positions(
@@ -59,8 +63,8 @@ def add_sinusoidal(
     positions: jax.Array | None,
     *,
     base: float,
-    layout: Layout,
-    spacing: Spacing,
+    layout: SinusoidalLayout,
+    spacing: SinusoidalSpacing,
     dtype: Any,
 ) -> jax.Array:
     """``embeddings [..., L, D] + sinusoidal_encoding(positions, D)`` (the modules)."""

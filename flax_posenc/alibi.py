@@ -24,6 +24,11 @@ import numpy as np
 from flax_posenc._validation import check_positive_int
 from flax_posenc.positions import relative_positions
 
+__all__ = [
+    "alibi_bias",
+    "alibi_slopes",
+]
+
 
 def alibi_slopes(num_heads: int) -> np.ndarray:
     """The ALiBi slope of each head, float32 ``[N]``, in head order.

@@ -27,9 +27,13 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from flax_posenc.rope import apply_rope_qk
 from flax_posenc._validation import check_integer_array
-from flax_posenc.rope import RopeConfig
+from flax_posenc.rope import RopeConfig, apply_rope_qk
+
+__all__ = [
+    "attention_fn_override",
+    "positional_attention_fn",
+]
 
 
 def positional_attention_fn(

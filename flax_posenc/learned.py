@@ -23,10 +23,18 @@ import numpy as np
 from jax.experimental import checkify
 
 from flax_posenc._gather import take_rows
-from flax_posenc._validation import check_choice, check_integer_array, is_traced
+from flax_posenc._validation import (
+    check_choice,
+    check_float_array,
+    check_integer_array,
+    is_traced,
+)
+
+__all__ = ["OutOfRange", "learned_embedding_lookup"]
 
 OutOfRange = Literal["nan", "checkify", "clip"]
-OUT_OF_RANGE = ("nan", "checkify", "clip")
+"""What a position outside the table gives: NaN rows, a checkify error, or a clamp."""
+_OUT_OF_RANGE = ("nan", "checkify", "clip")
 
 
 def learned_embedding_lookup(
@@ -64,15 +72,14 @@ def learned_embedding_lookup(
       >>> jax.jit(fp.learned_embedding_lookup)(table, jnp.array([4])).tolist()
       [[nan, nan, nan]]
     """
-    positions = check_integer_array("positions", positions)
-    check_choice("out_of_range", out_of_range, OUT_OF_RANGE)
+    check_float_array("table", table)
     if table.ndim != 2:
         raise ValueError(f"`table` must be [max_len, D], got shape {table.shape}.")
-    if not jnp.issubdtype(table.dtype, jnp.floating):
-        raise TypeError(f"`table` must be floating point, got dtype {table.dtype}.")
+    # Widened first: int8 cannot even hold max_len = 300, and an int64 position
+    # past 2**31 is refused rather than wrapped into range.
+    positions = check_integer_array("positions", positions)
+    check_choice("out_of_range", out_of_range, _OUT_OF_RANGE)
     max_len = table.shape[0]
-    if positions.dtype.itemsize < 4:  # int8 cannot even hold max_len = 300
-        positions = positions.astype(jnp.int32)
     if out_of_range != "clip":
         if not is_traced(positions) and positions.size:
             values = np.asarray(positions)

@@ -13,13 +13,12 @@ import jax
 import jax.numpy as jnp
 
 from flax_posenc._embed import add_learned, add_sinusoidal, check_features
-from flax_posenc.rope import apply_rope_qk
 from flax_posenc._validation import check_positive_int
 from flax_posenc.alibi import alibi_bias
 from flax_posenc.learned import OutOfRange
-from flax_posenc.relative import check_bucket_sizes, relative_position_bias
-from flax_posenc.rope import RopeConfig
-from flax_posenc.sinusoidal import Layout, Spacing
+from flax_posenc.relative import _check_bucket_sizes, relative_position_bias
+from flax_posenc.rope import RopeConfig, apply_rope_qk
+from flax_posenc.sinusoidal import SinusoidalLayout, SinusoidalSpacing
 
 default_embedding_init = nn.initializers.normal(stddev=0.02)
 default_relative_bias_init = nn.initializers.normal(stddev=0.02)
@@ -33,7 +32,7 @@ class SinusoidalPositionalEncoding(nn.Module):
 
     Attributes:
       base: as in :func:`flax_posenc.sinusoidal_encoding`.
-      layout: ``"interleaved"`` or ``"concat"``.
+      layout: ``"interleaved"`` or ``"half"``.
       spacing: ``"paper"`` or ``"tensor2tensor"``.
       dtype: output dtype; None keeps the embeddings' dtype.
 
@@ -47,8 +46,8 @@ class SinusoidalPositionalEncoding(nn.Module):
     """
 
     base: float = 10000.0
-    layout: Layout = "interleaved"
-    spacing: Spacing = "paper"
+    layout: SinusoidalLayout = "interleaved"
+    spacing: SinusoidalSpacing = "paper"
     dtype: Any = None
 
     def __call__(
@@ -220,7 +219,7 @@ class RelativePositionBias(nn.Module):
         self, q_positions: jax.Array, k_positions: jax.Array | None = None
     ) -> jax.Array:
         check_positive_int("num_heads", self.num_heads)
-        check_bucket_sizes(self.num_buckets, self.max_distance, self.bidirectional)
+        _check_bucket_sizes(self.num_buckets, self.max_distance, self.bidirectional)
         table = self.param(
             "relative_attention_bias",
             self.embedding_init,

@@ -14,13 +14,12 @@ import jax.numpy as jnp
 from flax import nnx
 
 from flax_posenc._embed import add_learned, add_sinusoidal
-from flax_posenc.rope import apply_rope_qk
 from flax_posenc._validation import check_positive_int
 from flax_posenc.alibi import alibi_bias
 from flax_posenc.learned import OutOfRange
-from flax_posenc.relative import check_bucket_sizes, relative_position_bias
-from flax_posenc.rope import RopeConfig
-from flax_posenc.sinusoidal import Layout, Spacing
+from flax_posenc.relative import _check_bucket_sizes, relative_position_bias
+from flax_posenc.rope import RopeConfig, apply_rope_qk
+from flax_posenc.sinusoidal import SinusoidalLayout, SinusoidalSpacing
 
 default_embedding_init = nnx.initializers.normal(stddev=0.02)
 default_relative_bias_init = nnx.initializers.normal(stddev=0.02)
@@ -34,19 +33,19 @@ class SinusoidalPositionalEncoding(nnx.Module):
     Examples:
       >>> from flax_posenc import nnx as pnnx
       >>> x = jnp.zeros((2, 8, 16), jnp.bfloat16)  # [B, L, D]
-      >>> pnnx.SinusoidalPositionalEncoding(layout="concat")(x).dtype
+      >>> pnnx.SinusoidalPositionalEncoding(layout="half")(x).dtype
       dtype(bfloat16)
     """
 
-    layout: Layout
-    spacing: Spacing
+    layout: SinusoidalLayout
+    spacing: SinusoidalSpacing
 
     def __init__(
         self,
         *,
         base: float = 10000.0,
-        layout: Layout = "interleaved",
-        spacing: Spacing = "paper",
+        layout: SinusoidalLayout = "interleaved",
+        spacing: SinusoidalSpacing = "paper",
         dtype: Any = None,
     ):
         self.base = base
@@ -186,7 +185,7 @@ class RelativePositionBias(nnx.Module):
         rngs: nnx.Rngs,
     ):
         self.num_heads = check_positive_int("num_heads", num_heads)
-        check_bucket_sizes(num_buckets, max_distance, bidirectional)
+        _check_bucket_sizes(num_buckets, max_distance, bidirectional)
         self.num_buckets = num_buckets
         self.max_distance = max_distance
         self.bidirectional = bidirectional

@@ -32,6 +32,14 @@ from flax_posenc._validation import (
     is_traced,
 )
 
+__all__ = [
+    "grid_positions",
+    "positions_from_offsets",
+    "positions_from_padding_mask",
+    "positions_from_segment_ids",
+    "relative_positions",
+]
+
 
 def _check_sequences(name: str, value: jax.Array) -> None:
     if value.ndim < 1:

@@ -34,6 +34,11 @@ from flax_posenc._gather import take_rows
 from flax_posenc._validation import check_integer_array, check_positive_int
 from flax_posenc.positions import relative_positions
 
+__all__ = [
+    "relative_position_bias",
+    "relative_position_bucket",
+]
+
 
 def _distance_buckets(buckets: int, max_distance: int) -> np.ndarray:
     """int32 ``[max_distance + 1]``: the bucket of each distance in one direction."""
@@ -45,7 +50,9 @@ def _distance_buckets(buckets: int, max_distance: int) -> np.ndarray:
     return np.where(distance < max_exact, distance, large).astype(np.int32)
 
 
-def check_bucket_sizes(num_buckets: int, max_distance: int, bidirectional: bool) -> int:
+def _check_bucket_sizes(
+    num_buckets: int, max_distance: int, bidirectional: bool
+) -> int:
     """Validates the hyper-parameters; returns the buckets per direction."""
     if not isinstance(bidirectional, (bool, np.bool_)):
         raise TypeError(f"`bidirectional` must be a bool, got {bidirectional!r}.")
@@ -110,7 +117,7 @@ def relative_position_bucket(
     ``_relative_position_bucket``.
     """
     relative_position = check_integer_array("relative_position", relative_position)
-    buckets = check_bucket_sizes(num_buckets, max_distance, bidirectional)
+    buckets = _check_bucket_sizes(num_buckets, max_distance, bidirectional)
     relative_position = relative_position.astype(jnp.int32)
     if bidirectional:
         offset = jnp.where(relative_position > 0, buckets, 0)

@@ -33,9 +33,9 @@ from flax_posenc._validation import (
     check_heads_array,
     check_integer_array,
     check_positions,
-    obeys_positions_rule,
     check_positive_float,
     check_positive_int,
+    obeys_positions_rule,
 )
 from flax_posenc.rope_scaling import (
     _SCALING_TYPES,
@@ -455,9 +455,7 @@ def apply_rope_qk(
     check_heads_array("k", k, config.head_dim)
     check_float_array("q", q)
     check_float_array("k", k)
-    positions = check_positions(
-        "positions", positions, "q.shape[:-2]", q.shape[:-2]
-    )
+    positions = check_positions("positions", positions, "q.shape[:-2]", q.shape[:-2])
     if k_positions is None:
         check_positions(
             "positions (also k's, as k_positions is None)",
@@ -476,9 +474,7 @@ def apply_rope_qk(
     seq_len = _check_seq_len(seq_len)
     if seq_len is None and config.depends_on_seq_len:
         seq_len = (
-            jnp.maximum(
-                jnp.max(positions, initial=0), jnp.max(k_positions, initial=0)
-            )
+            jnp.maximum(jnp.max(positions, initial=0), jnp.max(k_positions, initial=0))
             + 1
         )
     q_cos, q_sin = rope_cos_sin(positions, config, seq_len=seq_len)

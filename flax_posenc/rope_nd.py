@@ -45,6 +45,13 @@ from flax_posenc._validation import (
 )
 from flax_posenc.rope import RopeConfig, RopeTables, rope_cos_sin, rope_rotate
 
+__all__ = [
+    "apply_axial_rope",
+    "apply_mrope",
+    "axial_rope_cos_sin",
+    "mrope_cos_sin",
+]
+
 
 def axial_rope_cos_sin(
     positions: jax.Array, config: RopeConfig, *, seq_len: Any = None

@@ -114,9 +114,7 @@ def _length(scaling: object, field: str = "original_max_position_embeddings") ->
     value = getattr(scaling, field)
     if isinstance(value, (float, np.floating)) and float(value).is_integer():
         value = int(value)
-    object.__setattr__(
-        scaling, field, check_positive_int(_name(scaling, field), value)
-    )
+    object.__setattr__(scaling, field, check_positive_int(_name(scaling, field), value))
 
 
 def _rotary_dim_above_two(scaling: object, rotary_dim: int) -> None:

@@ -8,8 +8,9 @@ Two frequency spacings and two feature layouts cover the tables found in the fie
   exactly ``base``).
 * ``layout="interleaved"``: ``PE[p, 2i] = sin(p * inv_freq[i])``,
   ``PE[p, 2i+1] = cos(p * inv_freq[i])`` (the paper).
-* ``layout="concat"``: ``[sin(p * inv_freq) | cos(p * inv_freq)]`` (tensor2tensor, Flax
-  examples).
+* ``layout="half"``: ``[sin(p * inv_freq) | cos(p * inv_freq)]`` (tensor2tensor, Flax
+  examples): feature ``i`` pairs with ``i + D/2``, the pairing RoPE's ``"half"``
+  layout names. ``"concat"`` is its deprecated spelling.
 
 Odd ``D``: the ``D // 2`` sin/cos pairs fill the first ``D - 1`` features and the last
 feature is zero, as tensor2tensor and Flax's examples do. Exponents use the given ``D``.
@@ -23,6 +24,7 @@ frequencies. ``tests/test_sinusoidal.py`` pins this bound.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Literal
 
 import jax
@@ -32,19 +34,43 @@ import numpy as np
 from flax_posenc._angles import position_angles
 from flax_posenc._validation import (
     check_choice,
+    check_float_dtype,
     check_integer_array,
     check_positive_float,
     check_positive_int,
 )
 
-Layout = Literal["interleaved", "concat"]
-Spacing = Literal["paper", "tensor2tensor"]
-LAYOUTS = ("interleaved", "concat")
-SPACINGS = ("paper", "tensor2tensor")
+__all__ = [
+    "SinusoidalLayout",
+    "SinusoidalSpacing",
+    "sinusoidal_encoding",
+    "sinusoidal_inv_freq",
+    "sinusoidal_table",
+]
+
+SinusoidalLayout = Literal["interleaved", "half"]
+"""``"interleaved"`` (sin, cos, sin, cos, ...) or ``"half"`` (sin... | cos...)."""
+SinusoidalSpacing = Literal["paper", "tensor2tensor"]
+"""``"paper"``: ``base^(-2i/D)``; ``"tensor2tensor"``: ``base^(-i/(D/2 - 1))``."""
+_LAYOUTS = ("interleaved", "half")
+_SPACINGS = ("paper", "tensor2tensor")
+
+
+def _check_layout(layout: str) -> str:
+    """``layout``, with the deprecated ``"concat"`` read as ``"half"``."""
+    if layout == "concat":
+        warnings.warn(
+            'layout="concat" is deprecated; use layout="half" (the same pairing as '
+            "RoPE's half layout).",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return "half"
+    return check_choice("layout", layout, _LAYOUTS)
 
 
 def sinusoidal_inv_freq(
-    dim: int, *, base: float = 10000.0, spacing: Spacing = "paper"
+    dim: int, *, base: float = 10000.0, spacing: SinusoidalSpacing = "paper"
 ) -> np.ndarray:
     """Inverse frequencies of the sinusoidal encoding, ``float32 [D // 2]``.
 
@@ -71,7 +97,7 @@ def sinusoidal_inv_freq(
     """
     dim = check_positive_int("dim", dim)
     base = check_positive_float("base", base)
-    check_choice("spacing", spacing, SPACINGS)
+    check_choice("spacing", spacing, _SPACINGS)
     i = np.arange(dim // 2, dtype=np.float64)
     if spacing == "paper":
         exponent = 2.0 * i / dim
@@ -85,8 +111,8 @@ def sinusoidal_encoding(
     dim: int,
     *,
     base: float = 10000.0,
-    layout: Layout = "interleaved",
-    spacing: Spacing = "paper",
+    layout: SinusoidalLayout = "interleaved",
+    spacing: SinusoidalSpacing = "paper",
     dtype: Any = jnp.float32,
 ) -> jax.Array:
     """Sinusoidal encoding of integer positions.
@@ -99,15 +125,16 @@ def sinusoidal_encoding(
         decode offsets, ``jnp.arange(L)``).
       dim: ``D``, the number of features.
       base: the base of the geometric frequency progression.
-      layout: ``"interleaved"`` (sin, cos, sin, cos, ...) or ``"concat"`` (sin... cos...).
+      layout: ``"interleaved"`` (sin, cos, sin, cos, ...) or ``"half"`` (sin... cos...).
       spacing: ``"paper"`` or ``"tensor2tensor"``.
-      dtype: output dtype; the computation is float32 regardless.
+      dtype: the floating output dtype; the computation is float32 regardless.
 
     Returns:
       ``positions.shape + (D,)`` in ``dtype``.
 
     Raises:
-      TypeError: non-integer ``positions`` or non-int ``dim``.
+      TypeError: non-integer ``positions``, non-int ``dim`` or a non-floating
+        ``dtype``.
       ValueError: ``dim <= 0``, ``base <= 0``, unknown ``layout`` or ``spacing``.
 
     Examples:
@@ -120,7 +147,8 @@ def sinusoidal_encoding(
     Reference: Vaswani et al., "Attention Is All You Need", 2017, section 3.5.
     """
     positions = check_integer_array("positions", positions)
-    check_choice("layout", layout, LAYOUTS)
+    layout = _check_layout(layout)
+    dtype = check_float_dtype("dtype", dtype)
     inv_freq = sinusoidal_inv_freq(dim, base=base, spacing=spacing)
     angles = position_angles(positions, jnp.asarray(inv_freq))
     sin, cos = jnp.sin(angles), jnp.cos(angles)
@@ -140,8 +168,8 @@ def sinusoidal_table(
     dim: int,
     *,
     base: float = 10000.0,
-    layout: Layout = "interleaved",
-    spacing: Spacing = "paper",
+    layout: SinusoidalLayout = "interleaved",
+    spacing: SinusoidalSpacing = "paper",
     dtype: Any = jnp.float32,
 ) -> jax.Array:
     """The table ``[max_len, D]`` of :func:`sinusoidal_encoding` for positions 0..max_len-1.
@@ -150,9 +178,9 @@ def sinusoidal_table(
       max_len: the number of positions (rows).
       dim: ``D``, the number of features.
       base: the base of the geometric frequency progression.
-      layout: ``"interleaved"`` or ``"concat"``.
+      layout: ``"interleaved"`` or ``"half"``.
       spacing: ``"paper"`` or ``"tensor2tensor"``.
-      dtype: output dtype; the computation is float32 regardless.
+      dtype: the floating output dtype; the computation is float32 regardless.
 
     Returns:
       ``[max_len, D]`` in ``dtype``.

@@ -46,6 +46,11 @@ from flax_posenc._validation import (
 )
 from flax_posenc.rope import RopeConfig, RopeTables, rope_cos_sin, rope_rotate
 
+__all__ = [
+    "apply_xpos",
+    "xpos_cos_sin",
+]
+
 
 def xpos_cos_sin(
     positions: jax.Array,

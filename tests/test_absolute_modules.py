@@ -15,7 +15,7 @@ X = jax.random.normal(jax.random.key(0), (2, 5, 8))
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-@pytest.mark.parametrize("layout", ["interleaved", "concat"])
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
 def test_sinusoidal_modules_add_the_encoding(dtype, layout):
     x = X.astype(dtype)
     positions = jnp.array([[0, 1, 2, 3, 4], [7, 8, 9, 0, 1]])

@@ -55,7 +55,7 @@ ENCODERS = {
     "sinusoidal": add_absolute(lambda p: fp.sinusoidal_encoding(p, N * H)),
     "sinusoidal_t2t": add_absolute(
         lambda p: fp.sinusoidal_encoding(
-            p, N * H, layout="concat", spacing="tensor2tensor"
+            p, N * H, layout="half", spacing="tensor2tensor"
         )
     ),
     "learned": add_absolute(lambda p: fp.learned_embedding_lookup(LEARNED_TABLE, p)),

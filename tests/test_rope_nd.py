@@ -234,7 +234,14 @@ AXIAL_BAD_INPUTS = [
     ((2, 12, 2, 16), np.zeros((12, 2), np.float32), 16, 16, TypeError, "`positions`"),
     ((2, 12, 2, 8), np.zeros((12, 2), np.int32), 16, 16, ValueError, "`x`"),
     ((2, 12, 2, 16), np.zeros((12,), np.int32), 16, 16, ValueError, "`positions`"),
-    ((2, 12, 2, 16), np.zeros((5, 2), np.int32), 16, 16, ValueError, r"L = x.shape\[-3\] = 12"),
+    (
+        (2, 12, 2, 16),
+        np.zeros((5, 2), np.int32),
+        16,
+        16,
+        ValueError,
+        r"L = x.shape\[-3\] = 12",
+    ),
     ((2, 12, 2, 16), np.zeros((12, 2), np.int32), 16, 6, ValueError, "rotary_dim"),
     ((2, 12, 2, 16), np.zeros((12, 3), np.int32), 16, 16, ValueError, "rotary_dim"),
 ]
@@ -399,7 +406,13 @@ MROPE_BAD_INPUTS = [
     ((2, 8, 2, 128), (3, 2, 8), (16, 24.0, 24), TypeError, r"mrope_section\[1\]"),
     ((2, 8, 2, 128), (3, 2, 8), 64, TypeError, "`mrope_section`"),
     ((2, 8, 2, 128), (2, 8), (16, 24, 24), ValueError, "`positions` must be"),
-    ((2, 8, 2, 128), (3, 2, 5), (16, 24, 24), ValueError, r"must be \[A, \.\.\., L\] with L = x.shape\[-3\] = 8"),
+    (
+        (2, 8, 2, 128),
+        (3, 2, 5),
+        (16, 24, 24),
+        ValueError,
+        r"must be \[A, \.\.\., L\] with L = x.shape\[-3\] = 8",
+    ),
     ((2, 8, 2, 64), (3, 2, 8), (16, 24, 24), ValueError, "`x`"),
 ]
 

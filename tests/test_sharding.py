@@ -198,7 +198,7 @@ def test_dynamic_ntk_default_seq_len_is_one_scalar_all_reduce(axis_type):
 
 
 @pytest.mark.parametrize("axis_type", AXIS_TYPES, ids=str)
-@pytest.mark.parametrize("layout", ["interleaved", "concat"])
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
 def test_sinusoidal_encoding_sharded_needs_no_communication(axis_type, layout):
     mesh = mesh_of((2, 4), ("data", "seq"), axis_type)
     positions = put(POSITIONS, mesh, P("data", "seq"))

@@ -46,11 +46,11 @@ def test_flax_lm1b_example_table():
     expected = np.concatenate(
         [np.sin(position * div_term), np.cos(position * div_term)], 1
     )
-    got = fp.sinusoidal_table(max_len, dim, layout="concat", spacing="tensor2tensor")
+    got = fp.sinusoidal_table(max_len, dim, layout="half", spacing="tensor2tensor")
     np.testing.assert_allclose(got, expected, atol=1e-6)
 
 
-@pytest.mark.parametrize("layout", ["interleaved", "concat"])
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
 @pytest.mark.parametrize("spacing", ["paper", "tensor2tensor"])
 @pytest.mark.parametrize("dim", [2, 3, 8, 33, 128])
 @pytest.mark.parametrize("base", [10000.0, 500.0])
@@ -72,10 +72,8 @@ def test_matches_float64_formula(layout, spacing, dim, base):
 @pytest.mark.parametrize("dim", [64, 512])
 def test_float32_accuracy_bound_at_large_positions(dim):
     positions = np.arange(0, 100_001, 97)
-    got = np.asarray(
-        fp.sinusoidal_encoding(jnp.asarray(positions), dim, layout="concat")
-    )
-    truth = reference(positions, dim, 10000.0, "concat", "paper")
+    got = np.asarray(fp.sinusoidal_encoding(jnp.asarray(positions), dim, layout="half"))
+    truth = reference(positions, dim, 10000.0, "half", "paper")
     i = np.arange(dim // 2)
     angle = positions[:, None] / 10000.0 ** (2.0 * i / dim)
     bound = np.concatenate([angle, angle], -1) * 2.0**-23 + 2e-7
@@ -84,11 +82,11 @@ def test_float32_accuracy_bound_at_large_positions(dim):
 
 
 def test_odd_dim_pads_last_feature_with_zero():
-    table = fp.sinusoidal_table(10, 7, layout="concat")
+    table = fp.sinusoidal_table(10, 7, layout="half")
     np.testing.assert_array_equal(table[:, -1], 0.0)
     np.testing.assert_allclose(
         table[:, :6],
-        reference(np.arange(10), 7, 1e4, "concat", "paper")[:, :6],
+        reference(np.arange(10), 7, 1e4, "half", "paper")[:, :6],
         atol=1e-6,
     )
 

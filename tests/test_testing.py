@@ -16,7 +16,7 @@ from flax_posenc import testing
 POSITIONS = np.arange(0, 200, 3)
 
 
-@pytest.mark.parametrize("layout", ["interleaved", "concat"])
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
 @pytest.mark.parametrize("spacing", ["paper", "tensor2tensor"])
 def test_sinusoidal_is_offset_linear(layout, spacing):
     encode = functools.partial(
