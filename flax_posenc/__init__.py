@@ -29,6 +29,9 @@ from flax_posenc.positions import (
     positions_from_segment_ids as positions_from_segment_ids,
 )
 from flax_posenc.positions import relative_positions as relative_positions
+from flax_posenc.query_scaling import QueryScaling as QueryScaling
+from flax_posenc.query_scaling import apply_query_scaling as apply_query_scaling
+from flax_posenc.query_scaling import query_scale as query_scale
 from flax_posenc.relative import relative_position_bias as relative_position_bias
 from flax_posenc.relative import relative_position_bucket as relative_position_bucket
 from flax_posenc.rope import RopeConfig as RopeConfig
@@ -70,6 +73,7 @@ __all__ = [
     "LongRopeScaling",
     "NTKScaling",
     "ProportionalScaling",
+    "QueryScaling",
     "RopeConfig",
     "RopeFrequencies",
     "RopeLayout",
@@ -82,6 +86,7 @@ __all__ = [
     "alibi_slopes",
     "apply_axial_rope",
     "apply_mrope",
+    "apply_query_scaling",
     "apply_rope",
     "apply_rope_qk",
     "apply_xpos",
@@ -94,6 +99,7 @@ __all__ = [
     "positions_from_offsets",
     "positions_from_padding_mask",
     "positions_from_segment_ids",
+    "query_scale",
     "relative_position_bias",
     "relative_position_bucket",
     "relative_positions",

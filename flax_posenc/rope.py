@@ -256,14 +256,14 @@ def rope_cos_sin(
     """
     positions = check_integer_array("positions", positions)
     seq_len = _seq_len_of(positions, config, _check_seq_len(seq_len))
-    if getattr(seq_len, "ndim", 0):
-        try:
-            seq_len = jnp.broadcast_to(seq_len, positions.shape)
-        except ValueError:
+    if isinstance(seq_len, jax.Array) and seq_len.ndim:
+        if not obeys_positions_rule(seq_len.shape, positions.shape):
             raise ValueError(
-                f"A per-token `seq_len` must broadcast to positions {positions.shape}, "
-                f"got shape {seq_len.shape}."
-            ) from None
+                "A per-token `seq_len` must have the shape of positions "
+                f"{positions.shape} (leading axes may broadcast), got shape "
+                f"{seq_len.shape}."
+            )
+        seq_len = jnp.broadcast_to(seq_len, positions.shape)
     inv_freq, attention_scaling = rope_frequencies(config, seq_len=seq_len)
     angles = position_angles(positions, inv_freq)
     scale = jnp.asarray(attention_scaling, jnp.float32)

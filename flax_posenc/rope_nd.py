@@ -18,8 +18,9 @@ pairs and frequencies are shared out:
   frequencies ``theta^(-2i/R)`` are kept and cut into contiguous sections
   ``mrope_section`` (e.g. ``(16, 24, 24)`` for ``H = 128``); section ``a`` takes its
   angles from position row ``a`` (temporal, height, width). Text tokens carry three
-  equal rows, so M-RoPE is then exactly 1-D RoPE. (Qwen3-VL interleaves the sections
-  over the frequencies instead; that is not this function.)
+  equal rows, so M-RoPE is then exactly 1-D RoPE. Qwen3-VL interleaves the rows
+  over the pairs instead (``mrope_interleaved=True``: pair ``j`` takes row
+  ``j % 3`` within each row's section size).
 
 Positions are integers, as everywhere in flax_posenc: building them (patch grid,
 image token offsets) is the caller's job, with
@@ -37,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flax_posenc._validation import (
+    check_bool,
     check_float_array,
     check_heads_array,
     check_integer_array,
@@ -178,25 +180,48 @@ def _check_mrope_positions(positions: Any, sections: tuple[int, ...]) -> jax.Arr
     return positions
 
 
+def _mrope_rows(sections: tuple[int, ...], interleaved: bool) -> np.ndarray:
+    """The position row each rotary pair takes its angle from, int ``[R/2]``.
+
+    Contiguous (Qwen2-VL): ``sections[0]`` pairs from row 0, then ``sections[1]``
+    from row 1, ... Interleaved (Qwen3-VL's ``apply_interleaved_mrope``): pair ``j``
+    takes row ``a = j % A`` while ``j < A * sections[a]`` (for ``a >= 1``), else row 0.
+    """
+    if not interleaved:
+        return np.repeat(np.arange(len(sections)), sections)
+    count = len(sections)
+    pairs = np.arange(sum(sections))
+    rows = np.zeros_like(pairs)
+    for row in range(1, count):
+        rows[(pairs % count == row) & (pairs < count * sections[row])] = row
+    return rows
+
+
 def mrope_cos_sin(
     positions: jax.Array,
     config: RopeConfig,
     *,
     mrope_section: Sequence[int],
+    mrope_interleaved: bool = False,
     seq_len: Any = None,
 ) -> RopeTables:
-    """M-RoPE tables: section ``a`` of the 1-D tables, taken at position row ``a``.
+    """M-RoPE tables: each pair's angle taken at one of the ``A`` position rows.
 
-    With ``s_a = mrope_section[0] + ... + mrope_section[a - 1]``, for pairs
-    ``s_a <= j < s_(a+1)``: ``cos[..., j] = cos(positions[a, ...] * inv_freq[j])``
-    (likewise ``sin``), ``inv_freq`` those of ``config`` (scaling and attention factor included).
+    ``cos[..., j] = cos(positions[row(j), ...] * inv_freq[j])`` (likewise ``sin``),
+    ``inv_freq`` those of ``config`` (scaling and attention factor included).
+    Contiguous sections (Qwen2-VL, ``mrope_interleaved=False``): with
+    ``s_a = mrope_section[0] + ... + mrope_section[a - 1]``, ``row(j) = a`` for
+    ``s_a <= j < s_(a+1)``. Interleaved (Qwen3-VL): ``row(j) = j % A`` while
+    ``j < A * mrope_section[j % A]``, else ``0`` (temporal).
 
     Args:
       positions: integer ``[A, ...]``, ``A = len(mrope_section)`` rows (Qwen2-VL:
         temporal, height, width), e.g. ``[3, B, L]``.
       config: the RoPE configuration.
       mrope_section: pairs per row, static, summing to ``config.rotary_dim // 2``
-        (Hugging Face ``rope_scaling["mrope_section"]``, e.g. ``(16, 24, 24)``).
+        (Hugging Face ``rope_parameters["mrope_section"]``, e.g. ``(16, 24, 24)``).
+      mrope_interleaved: False for Qwen2/2.5-VL's contiguous sections, True for
+        Qwen3-VL's interleaved ones (HF ``mrope_interleaved``).
       seq_len: see :func:`flax_posenc.rope_cos_sin`; None means ``max + 1`` over all
         rows.
 
@@ -205,18 +230,22 @@ def mrope_cos_sin(
 
     Raises:
       ValueError: sections not summing to ``R/2``, or ``positions.shape[0] != A``.
-      TypeError: non-integer positions or sections.
+      TypeError: non-integer positions or sections, a non-bool
+        ``mrope_interleaved``.
     """
     sections = _check_mrope_section(mrope_section, config)
+    interleaved = check_bool("mrope_interleaved", mrope_interleaved)
     positions = _check_mrope_positions(positions, sections)
     cos, sin = rope_cos_sin(positions, config, seq_len=seq_len)
-    bounds = np.cumsum((0, *sections))
+    rows = _mrope_rows(sections, interleaved)
 
     def select(table: jax.Array) -> jax.Array:
-        chunks = [
-            table[a, ..., bounds[a] : bounds[a + 1]] for a in range(len(sections))
-        ]
-        return jnp.concatenate(chunks, axis=-1)
+        # Exact: each pair is copied from its row, no arithmetic across rows.
+        row_of_pair = jnp.asarray(rows).reshape((1,) * (table.ndim - 2) + rows.shape)
+        chosen = table[0]
+        for row in range(1, len(sections)):
+            chosen = jnp.where(row_of_pair == row, table[row], chosen)
+        return chosen
 
     return RopeTables(select(cos), select(sin))
 
@@ -227,9 +256,10 @@ def apply_mrope(
     config: RopeConfig,
     *,
     mrope_section: Sequence[int],
+    mrope_interleaved: bool = False,
     seq_len: Any = None,
 ) -> jax.Array:
-    """Applies Qwen2-VL's multimodal RoPE (M-RoPE) to q or k.
+    """Applies multimodal RoPE (M-RoPE: Qwen2-VL, Qwen2.5-VL, Qwen3-VL) to q or k.
 
     Rotates like :func:`flax_posenc.apply_rope` with the tables of
     :func:`mrope_cos_sin`: the first ``mrope_section[0]`` pairs by the temporal
@@ -244,6 +274,7 @@ def apply_mrope(
         ``positions.shape[1:]`` broadcastable to ``x.shape[:-2]``.
       config: the RoPE configuration (Qwen2-VL: ``head_dim=128, theta=1e6``).
       mrope_section: see :func:`mrope_cos_sin`.
+      mrope_interleaved: see :func:`mrope_cos_sin` (True for Qwen3-VL).
       seq_len: see :func:`mrope_cos_sin`.
 
     Returns:
@@ -270,5 +301,11 @@ def apply_mrope(
             f"and leading axes broadcasting to x.shape[:-3] = {x.shape[:-3]}, got "
             f"shape {positions.shape}."
         )
-    cos, sin = mrope_cos_sin(positions, config, mrope_section=sections, seq_len=seq_len)
+    cos, sin = mrope_cos_sin(
+        positions,
+        config,
+        mrope_section=sections,
+        mrope_interleaved=mrope_interleaved,
+        seq_len=seq_len,
+    )
     return rope_rotate(x, cos, sin, layout=config.layout)

@@ -56,7 +56,7 @@ _LAYOUTS = ("interleaved", "half")
 _SPACINGS = ("paper", "tensor2tensor")
 
 
-def _check_layout(layout: str) -> str:
+def _check_layout(layout: str) -> SinusoidalLayout:
     """``layout``, with the deprecated ``"concat"`` read as ``"half"``."""
     if layout == "concat":
         warnings.warn(
@@ -66,7 +66,8 @@ def _check_layout(layout: str) -> str:
             stacklevel=3,
         )
         return "half"
-    return check_choice("layout", layout, _LAYOUTS)
+    check_choice("layout", layout, _LAYOUTS)
+    return "half" if layout == "half" else "interleaved"
 
 
 def sinusoidal_inv_freq(
