@@ -19,6 +19,7 @@ from flax_posenc.alibi import alibi_slopes as alibi_slopes
 from flax_posenc.attention import attention_fn_override as attention_fn_override
 from flax_posenc.attention import positional_attention_fn as positional_attention_fn
 from flax_posenc.hf import rope_config_from_hf as rope_config_from_hf
+from flax_posenc.learned import OutOfRange as OutOfRange
 from flax_posenc.learned import learned_embedding_lookup as learned_embedding_lookup
 from flax_posenc.positions import grid_positions as grid_positions
 from flax_posenc.positions import positions_from_offsets as positions_from_offsets
@@ -58,6 +59,8 @@ from flax_posenc.rope_scaling import RopeScaling as RopeScaling
 from flax_posenc.rope_scaling import RopeScalingFamily as RopeScalingFamily
 from flax_posenc.rope_scaling import SeqLen as SeqLen
 from flax_posenc.rope_scaling import YarnScaling as YarnScaling
+from flax_posenc.sinusoidal import SinusoidalLayout as SinusoidalLayout
+from flax_posenc.sinusoidal import SinusoidalSpacing as SinusoidalSpacing
 from flax_posenc.sinusoidal import sinusoidal_encoding as sinusoidal_encoding
 from flax_posenc.sinusoidal import sinusoidal_inv_freq as sinusoidal_inv_freq
 from flax_posenc.sinusoidal import sinusoidal_table as sinusoidal_table
@@ -71,6 +74,7 @@ __all__ = [
     "LinearScaling",
     "Llama3Scaling",
     "LongRopeScaling",
+    "OutOfRange",
     "NTKScaling",
     "ProportionalScaling",
     "QueryScaling",
@@ -81,6 +85,8 @@ __all__ = [
     "RopeScalingFamily",
     "RopeTables",
     "SeqLen",
+    "SinusoidalLayout",
+    "SinusoidalSpacing",
     "YarnScaling",
     "alibi_bias",
     "alibi_slopes",
