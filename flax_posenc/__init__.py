@@ -18,6 +18,10 @@ from flax_posenc.alibi import alibi_bias as alibi_bias
 from flax_posenc.alibi import alibi_slopes as alibi_slopes
 from flax_posenc.attention import attention_fn_override as attention_fn_override
 from flax_posenc.attention import positional_attention_fn as positional_attention_fn
+from flax_posenc.hf import HFRope as HFRope
+from flax_posenc.hf import LayerRope as LayerRope
+from flax_posenc.hf import hf_decode_seq_lens as hf_decode_seq_lens
+from flax_posenc.hf import read_hf_rope as read_hf_rope
 from flax_posenc.hf import rope_config_from_hf as rope_config_from_hf
 from flax_posenc.learned import OutOfRange as OutOfRange
 from flax_posenc.learned import learned_embedding_lookup as learned_embedding_lookup
@@ -71,6 +75,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DynamicNTKScaling",
+    "HFRope",
+    "LayerRope",
     "LinearScaling",
     "Llama3Scaling",
     "LongRopeScaling",
@@ -99,6 +105,7 @@ __all__ = [
     "attention_fn_override",
     "axial_rope_cos_sin",
     "grid_positions",
+    "hf_decode_seq_lens",
     "learned_embedding_lookup",
     "mrope_cos_sin",
     "positional_attention_fn",
@@ -106,6 +113,7 @@ __all__ = [
     "positions_from_padding_mask",
     "positions_from_segment_ids",
     "query_scale",
+    "read_hf_rope",
     "relative_position_bias",
     "relative_position_bucket",
     "relative_positions",

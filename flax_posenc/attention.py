@@ -13,7 +13,9 @@ With Flax's ``decode=True`` attention the cache holds *unrotated* keys, so pass
 ``q_positions`` for the new token (``[B, 1]``, the cache index); slots not yet
 written are masked by Flax. With a hand-written cache, rotate k once with
 :func:`flax_posenc.apply_rope` before writing it and q at its step. For dynamic NTK
-and LongRoPE pass a fixed ``seq_len`` so every step uses the same frequencies.
+and LongRoPE choose the decode policy: a fixed ``seq_len`` keeps every step on the
+same frequencies; :func:`flax_posenc.hf_decode_seq_lens` reproduces transformers'
+``generate``.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def positional_attention_fn(
     k_positions: jax.Array | None = None,
     bias: jax.Array | None = None,
     seq_len: Any = None,
+    k_seq_len: Any = None,
     attention_fn: Callable[..., jax.Array] = nnx.dot_product_attention,
 ) -> Callable[..., jax.Array]:
     """An ``attention_fn`` that applies RoPE and/or an additive position bias.
@@ -60,6 +63,9 @@ def positional_attention_fn(
         :func:`flax_posenc.alibi_bias` or a T5 ``RelativePositionBias``.
       seq_len: for dynamic NTK and LongRoPE, one length for q and k; None means
         ``max(q_positions, k_positions) + 1``, so both share their frequencies.
+        Per-token lengths (with ``k_seq_len``) follow transformers' decode policy:
+        see :func:`flax_posenc.hf_decode_seq_lens`.
+      k_seq_len: k's own lengths; None means ``seq_len``.
       attention_fn: the attention to wrap, with Flax's signature ``(query, key,
         value, bias=None, mask=None, ...)`` and q/k/v ``[B, L, N, H]``. The default,
         ``flax.nnx.dot_product_attention``, takes the keywords both
@@ -111,7 +117,13 @@ def positional_attention_fn(
 
         def rotate_qk(query, key):
             return apply_rope_qk(
-                query, key, q_pos, rope, k_positions=k_pos, seq_len=seq_len
+                query,
+                key,
+                q_pos,
+                rope,
+                k_positions=k_pos,
+                seq_len=seq_len,
+                k_seq_len=k_seq_len,
             )
 
         rotate = rotate_qk

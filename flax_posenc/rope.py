@@ -185,7 +185,7 @@ def rope_frequencies(config: RopeConfig, *, seq_len: SeqLen = None) -> RopeFrequ
       config: the RoPE configuration.
       seq_len: the sequence length seen: an int, a traced int scalar, or an integer
         array ``[...]`` giving each token its own length (transformers' decode
-        policy, see :func:`flax_posenc.hf_decode_seq_len`). Only dynamic NTK and
+        policy, see :func:`flax_posenc.hf_decode_seq_lens`). Only dynamic NTK and
         LongRoPE use it; None means their pre-training regime.
 
     Returns:
@@ -416,6 +416,7 @@ def apply_rope_qk(
     *,
     k_positions: jax.Array | None = None,
     seq_len: SeqLen = None,
+    k_seq_len: SeqLen = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Applies RoPE to q and k with one set of frequencies, so scores stay relative.
 
@@ -432,7 +433,10 @@ def apply_rope_qk(
       config: the RoPE configuration.
       k_positions: integer ``[..., S]``; None means ``positions`` (then ``S`` must
         equal ``L``, and one cos/sin table serves both). Pass it for a key cache.
-      seq_len: see :func:`rope_cos_sin`.
+      seq_len: see :func:`rope_cos_sin`; shared by q and k unless ``k_seq_len``
+        is given.
+      k_seq_len: k's own ``seq_len`` (e.g. per key, for transformers' decode
+        policy: :func:`flax_posenc.hf_decode_seq_lens`); None means ``seq_len``.
 
     Returns:
       ``(q, k)`` rotated, in their own dtypes.
@@ -456,7 +460,7 @@ def apply_rope_qk(
     check_float_array("q", q)
     check_float_array("k", k)
     positions = check_positions("positions", positions, "q.shape[:-2]", q.shape[:-2])
-    if k_positions is None:
+    if k_positions is None and k_seq_len is None:
         check_positions(
             "positions (also k's, as k_positions is None)",
             positions,
@@ -468,17 +472,23 @@ def apply_rope_qk(
             rope_rotate(q, cos, sin, layout=config.layout),
             rope_rotate(k, cos, sin, layout=config.layout),
         )
+    if k_positions is None:
+        k_positions = positions
     k_positions = check_positions(
         "k_positions", k_positions, "k.shape[:-2]", k.shape[:-2]
     )
     seq_len = _check_seq_len(seq_len)
-    if seq_len is None and config.depends_on_seq_len:
+    if k_seq_len is not None:
+        k_seq_len = _check_seq_len(k_seq_len)
+    elif seq_len is None and config.depends_on_seq_len:
         seq_len = (
             jnp.maximum(jnp.max(positions, initial=0), jnp.max(k_positions, initial=0))
             + 1
         )
+    if k_seq_len is None:
+        k_seq_len = seq_len
     q_cos, q_sin = rope_cos_sin(positions, config, seq_len=seq_len)
-    k_cos, k_sin = rope_cos_sin(k_positions, config, seq_len=seq_len)
+    k_cos, k_sin = rope_cos_sin(k_positions, config, seq_len=k_seq_len)
     return (
         rope_rotate(q, q_cos, q_sin, layout=config.layout),
         rope_rotate(k, k_cos, k_sin, layout=config.layout),

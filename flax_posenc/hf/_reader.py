@@ -1,0 +1,759 @@
+"""The reader: a transformers ``config.json`` dict in, per-layer RoPE descriptions out.
+
+It follows transformers' own reading (``convert_rope_params_to_dict`` and
+``standardize_rope_params`` of 5.24, and each model type's modeling code through
+:mod:`._models`), and never guesses: an unknown model type, an unknown key of a rope
+block, a key the model ignores, a value of the wrong JSON type, or a behaviour that
+the chosen function cannot express raises ``ValueError``/``TypeError`` naming it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from flax_posenc.hf._defaults import DEFAULTS
+from flax_posenc.hf._models import COMMON, COMMON_TYPES, EXCLUDED, MODELS, Model
+from flax_posenc.query_scaling import QueryScaling
+from flax_posenc.rope import RopeConfig
+from flax_posenc.rope_scaling import (
+    DynamicNTKScaling,
+    LinearScaling,
+    Llama3Scaling,
+    LongRopeScaling,
+    NTKScaling,
+    ProportionalScaling,
+    RopeScaling,
+    YarnScaling,
+    _yarn_mscale,
+)
+
+__all__ = ["HFRope", "LayerRope", "read_hf_rope", "rope_config_from_hf"]
+
+_COMMON_KEYS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
+# rope_type -> (required keys, optional keys), as transformers' _validate_*_parameters.
+_FAMILY_KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "default": (frozenset(), frozenset()),
+    "linear": (frozenset({"factor"}), frozenset()),
+    "dynamic": (frozenset({"factor"}), frozenset()),
+    "yarn": (
+        frozenset({"factor", "original_max_position_embeddings"}),
+        frozenset(
+            {
+                "attention_factor",
+                "beta_fast",
+                "beta_slow",
+                "mscale",
+                "mscale_all_dim",
+                "truncate",
+            }
+        ),
+    ),
+    "longrope": (
+        frozenset({"short_factor", "long_factor", "original_max_position_embeddings"}),
+        frozenset({"attention_factor", "factor"}),
+    ),
+    "llama3": (
+        frozenset(
+            {
+                "factor",
+                "low_freq_factor",
+                "high_freq_factor",
+                "original_max_position_embeddings",
+            }
+        ),
+        frozenset(),
+    ),
+    "proportional": (frozenset(), frozenset({"factor"})),
+}
+_ALIASES = {"mrope": "default"}  # Qwen2-VL's legacy type name
+# Families whose pre-training length transformers moves into the block.
+_NEEDS_ORIGINAL = ("llama3", "yarn", "longrope")
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerRope:
+    """What one attention layer of a transformers model does with positions.
+
+    Plain host data, hashable, usable as a static argument under ``jit``.
+
+    Attributes:
+      rope: the layer's :class:`~flax_posenc.RopeConfig`; None for a NoPE layer.
+      mrope_section: M-RoPE pairs per position row (apply with
+        :func:`flax_posenc.apply_mrope`), or None for 1-D RoPE.
+      mrope_interleaved: Qwen3-VL's interleaved sections (see
+        :func:`flax_posenc.mrope_cos_sin`).
+      query_scaling: a position-dependent query factor applied after RoPE
+        (:func:`flax_posenc.apply_query_scaling`), or None.
+      softmax_scale_factor: multiplies the attention's ``1 / sqrt(d)`` softmax
+        scale (DeepSeek's YaRN ``mscale_all_dim``); 1 for most models.
+    """
+
+    rope: RopeConfig | None
+    mrope_section: tuple[int, ...] | None = None
+    mrope_interleaved: bool = False
+    query_scaling: QueryScaling | None = None
+    softmax_scale_factor: float = 1.0
+
+    def only_rope(self, what: str) -> RopeConfig:
+        """The ``RopeConfig``, or a ValueError if the layer needs more than it."""
+        extras = []
+        if self.rope is None:
+            extras.append("no RoPE (a NoPE layer)")
+        if self.mrope_section is not None:
+            extras.append(f"M-RoPE sections {self.mrope_section} (apply_mrope)")
+        if self.query_scaling is not None:
+            extras.append(f"a query scaling {self.query_scaling}")
+        if self.softmax_scale_factor != 1.0:
+            extras.append(f"a softmax scale factor {self.softmax_scale_factor}")
+        if extras or self.rope is None:
+            raise ValueError(
+                f"{what} has {', '.join(extras)}: a RopeConfig alone would drop it. "
+                "Use fp.read_hf_rope(config).layer(i) and apply every field."
+            )
+        return self.rope
+
+
+@dataclasses.dataclass(frozen=True)
+class HFRope:
+    """A transformers model's position handling, layer by layer.
+
+    Attributes:
+      model_type: the config's ``model_type`` (of the text config for multimodal
+        models).
+      layers: one :class:`LayerRope` per decoder layer.
+      layer_types: the config's per-layer type names (``"full_attention"``,
+        ``"sliding_attention"``, ...), or None.
+    """
+
+    model_type: str
+    layers: tuple[LayerRope, ...]
+    layer_types: tuple[str, ...] | None = None
+
+    def layer(self, index: int) -> LayerRope:
+        """The :class:`LayerRope` of decoder layer ``index``."""
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise TypeError(f"`index` must be an int, got {index!r}.")
+        if not -len(self.layers) <= index < len(self.layers):
+            raise ValueError(
+                f"`index` must be in [0, {len(self.layers)}), got {index}."
+            )
+        return self.layers[index]
+
+
+# --------------------------------------------------------------------------------------
+# JSON values: the type a key must have, or an error naming the key.
+# --------------------------------------------------------------------------------------
+
+
+def _number(where: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(
+            f"{where} must be a number, got {value!r} ({type(value).__name__})."
+        )
+    if not math.isfinite(value):
+        raise ValueError(f"{where} must be finite, got {value}.")
+    return float(value)
+
+
+def _length(where: str, value: Any) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise TypeError(f"{where} must be a positive integer, got {value!r}.")
+    return value
+
+
+def _flag(where: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(
+            f"{where} must be true or false, got {value!r} ({type(value).__name__})."
+        )
+    return value
+
+
+def _numbers(where: str, value: Any) -> tuple[float, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"{where} must be a list of numbers, got {value!r}.")
+    return tuple(_number(f"{where}[{i}]", v) for i, v in enumerate(value))
+
+
+def _lengths(where: str, value: Any) -> tuple[int, ...]:
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"{where} must be a list of integers, got {value!r}.")
+    return tuple(_length(f"{where}[{i}]", v) for i, v in enumerate(value))
+
+
+# --------------------------------------------------------------------------------------
+# The config: model type, aliases, defaults.
+# --------------------------------------------------------------------------------------
+
+
+class _Config:
+    """A config dict with its model type's defaults and key aliases."""
+
+    def __init__(self, config: Mapping[str, Any]):
+        model_type = config.get("model_type")
+        if not isinstance(model_type, str):
+            raise ValueError(
+                "The config names no `model_type` (a string), so its RoPE cannot be "
+                "read without guessing. Pass the config.json of a transformers model, "
+                "or build fp.RopeConfig(...) directly."
+            )
+        if model_type in EXCLUDED:
+            raise ValueError(
+                f"model_type {model_type!r} is out of flax_posenc's scope: "
+                f"{EXCLUDED[model_type]}."
+            )
+        if model_type not in DEFAULTS or not (
+            model_type in MODELS or model_type in COMMON_TYPES
+        ):
+            raise ValueError(
+                f"model_type {model_type!r} is not in flax_posenc's table of "
+                "transformers models, so its RoPE layout, head size and defaults "
+                "are unknown. Build fp.RopeConfig(head_dim=..., theta=..., "
+                "layout=..., rotary_dim=...) from its modeling code instead."
+            )
+        self.config = config
+        self.model_type = model_type
+        self.model: Model = MODELS.get(model_type, COMMON)
+        self.defaults: dict[str, Any] = DEFAULTS[model_type]
+        attribute_map = self.defaults.get("attribute_map", {})
+        self.stored = {name: attribute_map[name] for name in attribute_map}
+
+    def where(self, key: str) -> str:
+        return f"config[{key!r}] ({self.model_type})"
+
+    def has(self, key: str) -> bool:
+        return self.get(key) is not None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The config's value of ``key`` (or its stored alias), else the class's."""
+        for name in (key, self.stored.get(key)):
+            if name is not None and name in self.config:
+                return self.config[name]
+        return self.defaults.get(key, default)
+
+    def explicit(self, key: str) -> Any:
+        for name in (key, self.stored.get(key)):
+            if name is not None and name in self.config:
+                return self.config[name]
+        return None
+
+
+def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    if not isinstance(config, Mapping):
+        raise TypeError(f"`config` must be a dict, got {type(config).__name__}.")
+    text = config.get("text_config")
+    if isinstance(text, Mapping) and text.get("model_type") in DEFAULTS:
+        return text
+    return config
+
+
+# --------------------------------------------------------------------------------------
+# Rope blocks, per layer type.
+# --------------------------------------------------------------------------------------
+
+
+def _blocks(cfg: _Config) -> dict[str | None, dict | None]:
+    """The rope block of every layer type (``None``: one block for all layers)."""
+    given = cfg.config.get("rope_parameters")
+    if given is None:
+        given = cfg.config.get("rope_scaling")
+    if given is not None and not isinstance(given, Mapping):
+        raise TypeError(
+            f"config['rope_parameters'/'rope_scaling'] must be a dict or null, got "
+            f"{given!r}."
+        )
+    default = cfg.defaults.get("rope_parameters") or {}
+    nested_default = bool(default) and all(
+        isinstance(v, Mapping) for v in default.values()
+    )
+    given = copy.deepcopy(dict(given)) if given else None
+    theta = cfg.explicit("rope_theta")
+    for key in cfg.model.theta_keys:
+        theta = cfg.config.get(key, theta) if theta is None else theta
+    if given and all(isinstance(v, Mapping) or v is None for v in given.values()):
+        blocks: dict[str | None, dict | None] = {}
+        for key, block in given.items():
+            if block is not None:
+                fallback = (default.get(key) or {}) if nested_default else default
+                block = dict(block)
+                block.setdefault(
+                    "rope_theta",
+                    theta if theta is not None else fallback.get("rope_theta", 10000.0),
+                )
+            blocks[key] = block
+        return blocks
+    if not nested_default:
+        block = given if given is not None else {}
+        if theta is not None:
+            block.setdefault("rope_theta", theta)
+        block.setdefault("rope_theta", default.get("rope_theta", 10000.0))
+        return {None: block}
+    # A flat v4 block for a model whose class nests per layer type (Gemma 3).
+    blocks = copy.deepcopy({k: dict(v) for k, v in default.items()})
+    if cfg.model.local_theta_key is None:
+        if given is not None:
+            raise ValueError(
+                f"model_type {cfg.model_type!r} has per-layer-type rope_parameters "
+                f"{sorted(blocks)}; give rope_parameters nested by layer type, got a "
+                f"flat block {given}."
+            )
+        if theta is not None:
+            raise ValueError(
+                f"model_type {cfg.model_type!r} has per-layer-type rope_parameters "
+                f"{sorted(blocks)}; a top-level rope_theta ({theta}) is ambiguous: "
+                "give rope_parameters nested by layer type."
+            )
+        return blocks
+    full = given if given is not None else dict(blocks["full_attention"])
+    if theta is not None:
+        full["rope_theta"] = full.get("rope_theta", theta)
+    full.setdefault("rope_theta", blocks["full_attention"]["rope_theta"])
+    local = cfg.config.get(cfg.model.local_theta_key)
+    sliding = dict(blocks["sliding_attention"])
+    if local is not None:
+        sliding["rope_theta"] = local
+    return {"full_attention": full, "sliding_attention": sliding}
+
+
+def _rope_type(block: Mapping[str, Any], where: str) -> str:
+    rope_type = block.get("rope_type", block.get("type", "default"))
+    if block.get("type") is not None and block.get("rope_type") is not None:
+        if block["type"] != block["rope_type"]:
+            raise ValueError(
+                f"{where} has type={block['type']!r} and rope_type="
+                f"{block['rope_type']!r}; transformers reads rope_type."
+            )
+    if not isinstance(rope_type, str):
+        raise TypeError(f"{where}['rope_type'] must be a string, got {rope_type!r}.")
+    rope_type = _ALIASES.get(rope_type, rope_type)
+    if rope_type not in _FAMILY_KEYS:
+        raise ValueError(
+            f"Unknown rope_type {rope_type!r} in {where}; known: "
+            f"{', '.join(sorted(_FAMILY_KEYS))}."
+        )
+    return rope_type
+
+
+def _check_keys(cfg: _Config, block: Mapping[str, Any], rope_type: str, where: str):
+    required, optional = _FAMILY_KEYS[rope_type]
+    if cfg.model.alpha and rope_type == "dynamic" and block.get("alpha"):
+        required = frozenset()  # Hunyuan: alpha replaces factor
+    present = {k for k, v in block.items() if v is not None}
+    if rope_type in _NEEDS_ORIGINAL:
+        present.add("original_max_position_embeddings")  # filled in from the config
+    missing = sorted(required - present)
+    if missing:
+        raise ValueError(
+            f"rope_type {rope_type!r} needs keys {missing} in {where}; got "
+            f"{sorted(block)}. transformers rejects this block too."
+        )
+    known = required | optional | _COMMON_KEYS | cfg.model.block_keys
+    unknown = sorted(set(block) - known)
+    if unknown:
+        raise ValueError(
+            f"Unknown keys {unknown} in {where} (rope_type {rope_type!r}, model_type "
+            f"{cfg.model_type!r}); known: {sorted(known)}. flax_posenc does not "
+            "guess what they mean."
+        )
+
+
+# --------------------------------------------------------------------------------------
+# One layer type's RopeConfig.
+# --------------------------------------------------------------------------------------
+
+
+def _head_dim(cfg: _Config) -> int:
+    rule = cfg.model.head_dim
+    if rule == "qk_rope_head_dim":
+        return _length(cfg.where("qk_rope_head_dim"), cfg.get("qk_rope_head_dim"))
+    if rule == "head_dim" and cfg.get("head_dim") is not None:
+        return _length(cfg.where("head_dim"), cfg.get("head_dim"))
+    hidden, heads = cfg.get("hidden_size"), cfg.get("num_attention_heads")
+    if hidden is None or heads is None:
+        raise ValueError(
+            f"The {cfg.model_type!r} config names no head_dim, and not both "
+            "hidden_size and num_attention_heads."
+        )
+    return _length(cfg.where("hidden_size"), hidden) // _length(
+        cfg.where("num_attention_heads"), heads
+    )
+
+
+def _partial(cfg: _Config, block: Mapping[str, Any], where: str) -> float:
+    value = block.get("partial_rotary_factor")
+    if value is None:
+        value = cfg.explicit("partial_rotary_factor")
+    for key in cfg.model.partial_keys:
+        if value is None:
+            value = cfg.config.get(key)
+    if value is None:
+        value = (cfg.defaults.get("rope_parameters") or {}).get("partial_rotary_factor")
+    if value is None:
+        return 1.0
+    value = _number(f"{where}['partial_rotary_factor']", value)
+    if not 0.0 < value <= 1.0:
+        raise ValueError(
+            f"{where}['partial_rotary_factor'] must be in (0, 1], got {value}."
+        )
+    return value
+
+
+def _original(cfg: _Config, block: Mapping[str, Any], where: str) -> int:
+    """transformers' pre-training length: a config class with its own
+    ``original_max_position_embeddings`` attribute (Phi-3) overrides the block's;
+    otherwise the block's, else ``max_position_embeddings``."""
+    if "original_max_position_embeddings" in cfg.defaults:
+        value = cfg.get("original_max_position_embeddings")
+        return _length(cfg.where("original_max_position_embeddings"), value)
+    if cfg.explicit("original_max_position_embeddings") is not None:
+        raise ValueError(
+            f"{cfg.where('original_max_position_embeddings')}: transformers ignores "
+            f"a top-level original_max_position_embeddings for {cfg.model_type!r} "
+            "(only the rope block's counts); move it into the rope block."
+        )
+    if block.get("original_max_position_embeddings") is not None:
+        return _length(
+            f"{where}['original_max_position_embeddings']",
+            block["original_max_position_embeddings"],
+        )
+    return _max_positions(cfg)
+
+
+def _max_positions(cfg: _Config) -> int:
+    value = cfg.get("max_position_embeddings")
+    if value is None:
+        raise ValueError(f"The {cfg.model_type!r} config names no max_position_embeddings.")
+    return _length(cfg.where("max_position_embeddings"), value)
+
+
+def _scaling(
+    cfg: _Config, block: Mapping[str, Any], rope_type: str, where: str
+) -> RopeScaling | None:
+    def number(key: str) -> float:
+        return _number(f"{where}[{key!r}]", block[key])
+
+    def optional(key: str) -> float | None:
+        return None if block.get(key) is None else number(key)
+
+    if rope_type == "default":
+        return None
+    if rope_type == "linear":
+        return LinearScaling(factor=number("factor"))
+    if rope_type == "dynamic":
+        if cfg.model.alpha and block.get("alpha"):
+            return NTKScaling(factor=number("alpha"))
+        return DynamicNTKScaling(
+            factor=number("factor"), original_max_position_embeddings=_max_positions(cfg)
+        )
+    if rope_type == "llama3":
+        return Llama3Scaling(
+            factor=number("factor"),
+            low_freq_factor=number("low_freq_factor"),
+            high_freq_factor=number("high_freq_factor"),
+            original_max_position_embeddings=_original(cfg, block, where),
+        )
+    if rope_type == "proportional":
+        return ProportionalScaling(
+            partial_rotary_factor=_partial(cfg, block, where),
+            factor=optional("factor") or 1.0,
+        )
+    original = _original(cfg, block, where)
+    factor = optional("factor")
+    if factor is None:
+        factor = _max_positions(cfg) / original
+    if rope_type == "yarn":
+        truncate = block.get("truncate", True)
+        return YarnScaling(
+            factor=factor,
+            original_max_position_embeddings=original,
+            beta_fast=optional("beta_fast") or 32.0,  # transformers reads 0 as unset
+            beta_slow=optional("beta_slow") or 1.0,
+            mscale=optional("mscale"),
+            mscale_all_dim=optional("mscale_all_dim"),
+            attention_factor=optional("attention_factor"),
+            truncate=_flag(f"{where}['truncate']", truncate),
+        )
+    short = _numbers(f"{where}['short_factor']", block["short_factor"])
+    long = _numbers(f"{where}['long_factor']", block["long_factor"])
+    if cfg.model.mscale_regimes:
+        return LongRopeScaling(
+            short_factor=short,
+            long_factor=short,  # Phi-3.5-MoE's rotary module never switches factors
+            original_max_position_embeddings=original,
+            factor=factor,
+            attention_factor=optional("attention_factor"),
+            short_mscale=number("short_mscale"),
+            long_mscale=number("long_mscale"),
+        )
+    return LongRopeScaling(
+        short_factor=short,
+        long_factor=long,
+        original_max_position_embeddings=original,
+        factor=factor,
+        attention_factor=optional("attention_factor"),
+    )
+
+
+def _layout(cfg: _Config) -> str:
+    if cfg.model.interleave_key:
+        value = cfg.get("rope_interleave", False)
+        return "interleaved" if _flag(cfg.where("rope_interleave"), value) else "half"
+    if cfg.explicit("rope_interleave") is not None:
+        raise ValueError(
+            f"{cfg.where('rope_interleave')}: transformers' {cfg.model_type!r} "
+            f"attention ignores rope_interleave (it always rotates "
+            f"{cfg.model.layout!r} pairs); remove the key."
+        )
+    return cfg.model.layout
+
+
+def _layer_rope(cfg: _Config, block: Mapping[str, Any] | None, where: str) -> LayerRope:
+    if block is None:
+        return LayerRope(rope=None)
+    rope_type = _rope_type(block, where)
+    _check_keys(cfg, block, rope_type, where)
+    head_dim = _head_dim(cfg)
+    theta = _number(f"{where}['rope_theta']", block.get("rope_theta", 10000.0))
+    if cfg.model.rotary_dim_key is not None:
+        rotary = cfg.get(cfg.model.rotary_dim_key)
+        rotary = head_dim if rotary is None else _length(cfg.where("rotary_dim"), rotary)
+    elif rope_type == "proportional":
+        rotary = head_dim  # unrotated pairs get inv_freq 0 (Gemma 4)
+    else:
+        rotary = int(head_dim * _partial(cfg, block, where))
+    scaling = _scaling(cfg, block, rope_type, where)
+    rope = RopeConfig(
+        head_dim=head_dim,
+        theta=theta,
+        rotary_dim=rotary - rotary % 2,
+        layout=_layout(cfg),  # type: ignore[arg-type]
+        scaling=scaling,
+    )
+    mrope_section = None
+    mrope_interleaved = False
+    if cfg.model.mrope is not None:
+        mrope_section = _lengths(
+            f"{where}['mrope_section']", block.get("mrope_section")
+        )
+        mrope_interleaved = cfg.model.mrope == "interleaved"
+        if "mrope_interleaved" in block:
+            mrope_interleaved = _flag(
+                f"{where}['mrope_interleaved']", block["mrope_interleaved"]
+            )
+    elif block.get("mrope_section") is not None:
+        raise ValueError(
+            f"{where} has mrope_section, but transformers' {cfg.model_type!r} "
+            "attention applies 1-D RoPE; remove it."
+        )
+    query_scaling = None
+    if cfg.model.query_scaling == "llama_4_scaling_beta" and block.get(
+        "llama_4_scaling_beta"
+    ):
+        query_scaling = QueryScaling(
+            scale=_number(f"{where}['llama_4_scaling_beta']", block["llama_4_scaling_beta"]),
+            floor_scale=float(_original(cfg, block, where)),
+        )
+    softmax = 1.0
+    if cfg.model.softmax_mscale and isinstance(scaling, YarnScaling):
+        if scaling.mscale_all_dim:
+            softmax = _yarn_mscale(scaling.factor, scaling.mscale_all_dim) ** 2
+    return LayerRope(
+        rope=rope,
+        mrope_section=mrope_section,
+        mrope_interleaved=mrope_interleaved,
+        query_scaling=query_scaling,
+        softmax_scale_factor=softmax,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Layers.
+# --------------------------------------------------------------------------------------
+
+
+def _layer_types(cfg: _Config, count: int) -> tuple[str, ...] | None:
+    values = cfg.config.get("layer_types")
+    if values is None:
+        unit = cfg.defaults.get("layer_types_pattern")
+        if unit is None:
+            return None
+        values = [unit[i % len(unit)] for i in range(count)]
+    if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        raise TypeError(f"{cfg.where('layer_types')} must be a list of strings.")
+    if len(values) != count:
+        raise ValueError(
+            f"{cfg.where('layer_types')} has {len(values)} entries for "
+            f"num_hidden_layers = {count}."
+        )
+    return tuple(values)
+
+
+def _uses_rope(cfg: _Config, count: int, layer_types: tuple[str, ...] | None):
+    if cfg.model.nope == "no_rope_layers":
+        values = cfg.config.get("no_rope_layers")
+        if values is None:
+            unit = cfg.defaults.get("no_rope_layers_pattern") or [1]
+            values = [unit[i % len(unit)] for i in range(count)]
+        flags = tuple(
+            _flag(f"{cfg.where('no_rope_layers')}[{i}]", bool(v) if v in (0, 1) else v)
+            for i, v in enumerate(values)
+        )
+        if len(flags) != count:
+            raise ValueError(
+                f"{cfg.where('no_rope_layers')} has {len(flags)} entries for "
+                f"num_hidden_layers = {count}."
+            )
+        return flags
+    if cfg.model.nope == "full_attention":
+        if layer_types is None:
+            raise ValueError(f"The {cfg.model_type!r} config needs layer_types.")
+        return tuple(t != "full_attention" for t in layer_types)
+    return (True,) * count
+
+
+def read_hf_rope(config: Mapping[str, Any]) -> HFRope:
+    """Reads a transformers ``config.json`` into per-layer position handling.
+
+    Covers every model type of transformers' table in :mod:`flax_posenc.hf`: layout
+    (``rotate_half`` or interleaved pairs, as the model's attention rotates them),
+    partial rotary, head-size rules, per-layer-type parameters (Gemma local/global),
+    NoPE layers (Llama 4, SmolLM3, Cohere 2, EXAONE 4), M-RoPE sections (Qwen2-VL,
+    Qwen3-VL), every scaling family, and attention-side factors (Llama 4's
+    temperature tuning, Ministral 3's ``llama_4_scaling_beta``, DeepSeek's YaRN
+    softmax scale). Missing keys take the config class's defaults, as transformers
+    does; nothing else is guessed.
+
+    Args:
+      config: a ``config.json`` as a dict, v4 (``rope_theta`` / ``rope_scaling``)
+        or v5 (``rope_parameters``) form; for multimodal models the whole config
+        (its ``text_config`` is read) or the text config itself.
+
+    Returns:
+      An :class:`HFRope` with one :class:`LayerRope` per decoder layer.
+
+    Raises:
+      ValueError: an unknown or out-of-scope model type, an unknown ``rope_type``,
+        missing or unknown keys, a key transformers ignores for this model, or
+        inconsistent per-layer lists.
+      TypeError: a value of the wrong JSON type (a string for a bool or a number,
+        ``4096.7`` for a length).
+
+    Examples:
+      >>> spec = fp.read_hf_rope({"model_type": "llama4_text", "hidden_size": 512,
+      ...     "num_attention_heads": 4, "head_dim": 128, "num_hidden_layers": 4})
+      >>> [layer.rope is None for layer in spec.layers]  # every 4th layer is NoPE
+      [False, False, False, True]
+      >>> spec.layer(0).rope.layout, spec.layer(3).query_scaling.floor_scale
+      ('interleaved', 8192.0)
+    """
+    cfg = _Config(_text_config(config))
+    count = _length(cfg.where("num_hidden_layers"), cfg.get("num_hidden_layers"))
+    layer_types = _layer_types(cfg, count)
+    blocks = _blocks(cfg)
+    per_type: dict[str | None, LayerRope] = {
+        key: _layer_rope(
+            cfg, block, "rope_parameters" + ("" if key is None else f"[{key!r}]")
+        )
+        for key, block in blocks.items()
+    }
+    uses_rope = _uses_rope(cfg, count, layer_types)
+    temperature = None
+    if cfg.model.query_scaling == "llama4" and _flag(
+        cfg.where("attn_temperature_tuning"), cfg.get("attn_temperature_tuning", False)
+    ):
+        temperature = QueryScaling(
+            scale=_number(cfg.where("attn_scale"), cfg.get("attn_scale")),
+            floor_scale=_number(cfg.where("floor_scale"), cfg.get("floor_scale")),
+            offset=1,
+        )
+    layers = []
+    for index in range(count):
+        if None in per_type:
+            layer = per_type[None]
+        else:
+            kind = layer_types[index] if layer_types else None
+            if kind not in per_type:
+                raise ValueError(
+                    f"Layer {index} is of type {kind!r}, which the config's "
+                    f"rope_parameters {sorted(k for k in per_type if k)} do not cover."
+                )
+            layer = per_type[kind]
+        if not uses_rope[index]:
+            layer = LayerRope(rope=None, query_scaling=temperature)
+        layers.append(layer)
+    return HFRope(cfg.model_type, tuple(layers), layer_types)
+
+
+def rope_config_from_hf(
+    config: Mapping[str, Any], *, layer_type: str | None = None
+) -> RopeConfig:
+    """The :class:`~flax_posenc.RopeConfig` of a transformers model's RoPE layers.
+
+    For models whose rotary layers all share one configuration. Anything a
+    ``RopeConfig`` cannot carry raises instead of being dropped: per-layer-type
+    configurations need ``layer_type``; NoPE layers, M-RoPE sections, query scaling
+    and softmax factors need :func:`read_hf_rope`.
+
+    Args:
+      config: a ``config.json`` as a dict (see :func:`read_hf_rope`).
+      layer_type: for configs with per-layer-type RoPE (Gemma 3/4:
+        ``"full_attention"`` / ``"sliding_attention"``); must be None otherwise.
+
+    Returns:
+      The matching ``RopeConfig``.
+
+    Raises:
+      ValueError: as :func:`read_hf_rope`; a missing, unneeded or unknown
+        ``layer_type``; or a layer that needs more than a ``RopeConfig``.
+      TypeError: as :func:`read_hf_rope`.
+
+    Examples:
+      >>> config = fp.rope_config_from_hf({"model_type": "llama", "hidden_size": 4096,
+      ...     "num_attention_heads": 32, "rope_theta": 500000.0,
+      ...     "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+      ...     "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+      ...     "original_max_position_embeddings": 8192}})
+      >>> config.head_dim, config.layout
+      (128, 'half')
+      >>> config.scaling
+      Llama3Scaling(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8192)
+      >>> fp.rope_config_from_hf({"model_type": "cohere", "hidden_size": 512,
+      ...     "num_attention_heads": 4}).layout
+      'interleaved'
+    """
+    config = _text_config(config)
+    spec = read_hf_rope(config)
+    kinds = sorted(set(spec.layer_types or ()))
+    distinct = {layer for layer in spec.layers}
+    if layer_type is None:
+        if len(distinct) > 1:
+            raise ValueError(
+                f"This {spec.model_type!r} config has layers of types {kinds} with "
+                "different RoPE; pass one as `layer_type`, or use fp.read_hf_rope."
+            )
+        return spec.layers[0].only_rope(f"This {spec.model_type!r} config")
+    if not isinstance(layer_type, str) or layer_type not in kinds:
+        raise ValueError(f"`layer_type` must be one of {kinds}, got {layer_type!r}.")
+    if len(distinct) == 1:
+        raise ValueError(
+            f"`layer_type`={layer_type!r} given, but every layer of this "
+            f"{spec.model_type!r} config has the same RoPE; pass layer_type=None."
+        )
+    chosen = {
+        layer
+        for kind, layer in zip(spec.layer_types or (), spec.layers, strict=True)
+        if kind == layer_type
+    }
+    if len(chosen) > 1:
+        raise ValueError(
+            f"Layers of type {layer_type!r} differ (NoPE layers among them); use "
+            "fp.read_hf_rope(config).layer(i)."
+        )
+    return chosen.pop().only_rope(f"Layer type {layer_type!r}")
+
