@@ -16,6 +16,7 @@ from typing import Any
 import chex
 import jax
 import numpy as np
+from jax.core import Tracer
 
 EncodingFn = Callable[[jax.Array], jax.Array]
 RotateFn = Callable[[jax.Array, jax.Array], jax.Array]
@@ -52,7 +53,7 @@ def _check_array(name: str, x: Any, *, floating: bool = False) -> np.dtype:
 
 def _check_positions(name: str, positions: Any) -> np.ndarray:
     """Concrete, non-empty integer positions as a numpy array."""
-    if isinstance(positions, jax.core.Tracer):
+    if isinstance(positions, Tracer):
         raise TypeError(
             f"`{name}` must be concrete (these assertions run outside jit), got a "
             f"traced value {positions}."
