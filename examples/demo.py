@@ -32,7 +32,6 @@ from training import (
     TrainConfig,
     Trained,
     evaluate,
-    prefer_fast_compilation,
     train_encodings,
 )
 from transformer import ENCODINGS, ROPE_ENCODINGS
@@ -111,8 +110,6 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args()
-    if args.quick:
-        prefer_fast_compilation()
     train = QUICK if args.quick else TrainConfig()
     train = dataclasses.replace(train, seed=args.seed)
     if args.steps:

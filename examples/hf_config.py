@@ -1,4 +1,4 @@
-"""``RopeConfig.from_hf`` on published model configs, and what their scaling does.
+"""``rope_config_from_hf`` on published model configs, and what their scaling does.
 
 Three ``config.json`` dicts written inline (the fields RoPE reads):
 
@@ -161,7 +161,7 @@ def main() -> None:
 
     fig, axes = plt.subplots(1, len(CASES), figsize=(5 * len(CASES), 4.5))
     for case, ax in zip(CASES, axes, strict=True):
-        config = fp.RopeConfig.from_hf(case.config)
+        config = fp.rope_config_from_hf(case.config)
         print(f"{case.name}:\n  {describe(config)}")
         plain = dataclasses.replace(config, scaling=None)
         base, _ = wavelengths(plain, None)

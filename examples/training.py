@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import os
 import time
 from collections.abc import Callable, Sequence
 
@@ -57,14 +56,6 @@ class Trained:
     @property
     def params(self) -> int:
         return count_params(self.model)
-
-
-def prefer_fast_compilation() -> None:
-    """Asks XLA for its cheapest backend optimisation level (``--quick`` runs, which
-    compile far more than they run). Effective only before the first JAX
-    computation of the process."""
-    flags = os.environ.get("XLA_FLAGS", "")
-    os.environ["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level=0".strip()
 
 
 def max_traces(n: int) -> Callable[[Callable], Callable]:

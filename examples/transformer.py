@@ -15,9 +15,12 @@
   added to the attention logits.
 
 Positions are explicit everywhere: :meth:`Transformer.__call__` takes integer
-``positions [B, L]``, and with a :class:`KVCache` the new keys are rotated (or biased)
-at their own positions while the cache slots keep theirs (slot ``s`` holds position
-``s``), so cached greedy decoding equals full recomputation (``examples/decode.py``).
+``positions [B, L]`` and a ``valid [B, L]`` mask of real (non-padding) tokens. With a
+:class:`Cache` each sequence writes its new tokens at its own running write index,
+whatever their positions; the cache records every slot's position and whether it holds
+a real token, so the new keys are rotated (or biased) at their own positions, the
+cached ones keep theirs, and padding is never attended to. Cached greedy decoding of a
+left-padded batch then equals full recomputation (``examples/decode.py``).
 """
 
 from __future__ import annotations
@@ -108,50 +111,74 @@ def rope_config(config: Config, factor: float = 1.0) -> fp.RopeConfig:
 
 
 class KVCache(NamedTuple):
-    """Keys (already rotated for RoPE) and values of one layer: ``[B, S, N, H]``.
-
-    Slot ``s`` holds the token at position ``s``.
-    """
+    """Keys (already rotated for RoPE) and values of one layer: ``[B, S, N, H]``."""
 
     k: jax.Array
     v: jax.Array
 
 
-def init_cache(config: Config, batch: int, slots: int) -> tuple[KVCache, ...]:
-    """An empty cache of ``slots`` positions for every layer."""
+class Cache(NamedTuple):
+    """The KV cache of every layer and its bookkeeping, shared by the layers.
+
+    Sequence ``b`` writes its next token to slot ``index[b]`` (then ``index[b] + 1``,
+    ...), in arrival order and whatever its position: a left-padded prompt fills its
+    padding slots too, and ``valid`` keeps them out of attention.
+    """
+
+    layers: tuple[KVCache, ...]
+    positions: jax.Array  # int [B, S]: the position of each slot's token
+    valid: jax.Array  # bool [B, S]: the slot holds a real token (written, no padding)
+    index: jax.Array  # int [B]: the next slot each sequence writes
+
+
+def init_cache(config: Config, batch: int, slots: int) -> Cache:
+    """An empty cache of ``slots`` tokens per sequence, for every layer."""
     shape = (batch, slots, config.num_heads, config.head_dim)
-    return tuple(
+    layers = tuple(
         KVCache(jnp.zeros(shape), jnp.zeros(shape)) for _ in range(config.num_layers)
     )
+    return Cache(
+        layers,
+        positions=jnp.zeros((batch, slots), jnp.int32),
+        valid=jnp.zeros((batch, slots), bool),
+        index=jnp.zeros((batch,), jnp.int32),
+    )
+
+
+def write_slots(cache: Cache, length: int) -> jax.Array:
+    """The slots ``[B, L]`` the next ``length`` tokens of each sequence go to.
+
+    The cache must have room for them: JAX drops a scatter past the end.
+    """
+    return cache.index[:, None] + jnp.arange(length)[None]
 
 
 def attend(
     q: jax.Array,
     k: jax.Array,
     v: jax.Array,
-    positions: jax.Array,
     *,
     rope: fp.RopeTables | None,
     rope_layout: str,
     bias: jax.Array | None,
     mask: jax.Array,
     cache: KVCache | None,
+    slots: jax.Array | None,
 ) -> tuple[jax.Array, KVCache | None]:
     """The parameter-free core of attention, shared by the nnx and linen blocks.
 
-    ``q, k, v [B, L, N, H]`` at ``positions [B, L]``: RoPE tables rotate q and k at
-    those positions; with a cache, the new k/v are written into their slots and the
-    keys are all ``S`` slots. ``bias [B, N, L, S]`` is added to the logits, ``mask
-    [B, 1, L, S]`` keeps the allowed pairs. Returns ``[B, L, N, H]`` and the cache.
+    ``q, k, v [B, L, N, H]``: RoPE tables (of the tokens' positions) rotate q and k;
+    with a cache, the new k/v are written into ``slots`` (int ``[B, L]``, from
+    :func:`write_slots`) and the keys are all ``S`` slots. ``bias [B, N, L, S]`` is
+    added to the logits, ``mask [B, 1, L, S]`` keeps the allowed pairs. Returns
+    ``[B, L, N, H]`` and the cache.
     """
     if rope is not None:
         q = fp.rope_rotate(q, rope.cos, rope.sin, layout=rope_layout)
         k = fp.rope_rotate(k, rope.cos, rope.sin, layout=rope_layout)
     if cache is not None:
         rows = jnp.arange(q.shape[0])[:, None]
-        cache = KVCache(
-            cache.k.at[rows, positions].set(k), cache.v.at[rows, positions].set(v)
-        )
+        cache = KVCache(cache.k.at[rows, slots].set(k), cache.v.at[rows, slots].set(v))
         k, v = cache.k, cache.v
     return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask), cache
 
@@ -168,25 +195,25 @@ class Attention(nnx.Module):
     def __call__(
         self,
         x: jax.Array,
-        positions: jax.Array,
         *,
         rope: fp.RopeTables | None,
         bias: jax.Array | None,
         mask: jax.Array,
         cache: KVCache | None,
+        slots: jax.Array | None,
     ) -> tuple[jax.Array, KVCache | None]:
-        """``x [B, L, D]`` at ``positions [B, L]``; see :func:`attend`."""
+        """``x [B, L, D]``; see :func:`attend`."""
         qkv = self.qkv(x)
         out, cache = attend(
             qkv[:, :, 0],
             qkv[:, :, 1],
             qkv[:, :, 2],
-            positions,
             rope=rope,
             rope_layout=self.rope_layout,
             bias=bias,
             mask=mask,
             cache=cache,
+            slots=slots,
         )
         return self.out(out), cache
 
@@ -202,9 +229,9 @@ class Block(nnx.Module):
         self.mlp_in = nnx.Linear(d, config.d_ff, rngs=rngs)
         self.mlp_out = nnx.Linear(config.d_ff, d, rngs=rngs)
 
-    def __call__(self, x, positions, *, rope, bias, mask, cache):
+    def __call__(self, x, *, rope, bias, mask, cache, slots):
         y, cache = self.attention(
-            self.norm1(x), positions, rope=rope, bias=bias, mask=mask, cache=cache
+            self.norm1(x), rope=rope, bias=bias, mask=mask, cache=cache, slots=slots
         )
         x = x + y
         x = x + self.mlp_out(jax.nn.gelu(self.mlp_in(self.norm2(x))))
@@ -264,38 +291,51 @@ class Transformer(nnx.Module):
         self,
         tokens: jax.Array,
         positions: jax.Array,
-        cache: tuple[KVCache, ...] | None = None,
-    ) -> tuple[jax.Array, tuple[KVCache, ...] | None]:
+        cache: Cache | None = None,
+        valid: jax.Array | None = None,
+    ) -> tuple[jax.Array, Cache | None]:
         """Logits ``[B, L, V]`` of ``tokens`` at ``positions`` (both int ``[B, L]``).
 
-        Without a cache the keys are the same tokens (causal self-attention); with one
-        (``init_cache``) the keys are the cache's ``S`` slots at positions ``0..S-1``
-        after writing these tokens into it, and the updated cache is returned.
+        ``valid`` (bool ``[B, L]``, default all true) marks the real tokens; padding
+        is never attended to (its own logits are meaningless). Without a cache the
+        keys are the same tokens (causal self-attention); with one
+        (:func:`init_cache`) these tokens are written at each sequence's write index
+        and the keys are all the cache's slots, at their recorded positions; the
+        updated cache is returned.
         """
+        if valid is None:
+            valid = jnp.ones(tokens.shape, bool)
         x = self.embed(tokens)
         if self.absolute is not None:
             x = self.absolute(x, positions)
+        slots = None
         if cache is None:
-            k_positions = positions
+            k_positions, k_valid = positions, valid
         else:
-            slots = cache[0].k.shape[1]
-            k_positions = jnp.broadcast_to(jnp.arange(slots), (tokens.shape[0], slots))
-        mask = (k_positions[:, None, :] <= positions[:, :, None])[:, None]
+            slots = write_slots(cache, tokens.shape[1])
+            rows = jnp.arange(tokens.shape[0])[:, None]
+            k_positions = cache.positions.at[rows, slots].set(positions)
+            k_valid = cache.valid.at[rows, slots].set(valid)
+        causal = k_positions[:, None, :] <= positions[:, :, None]  # [B, L, S]
+        mask = (causal & k_valid[:, None, :])[:, None]
         bias = self.attention_bias(positions, k_positions)
         rope = None if self.rope is None else fp.rope_cos_sin(positions, self.rope)
-        new_cache = []
+        layers = []
         for i, block in enumerate(self.blocks):
             x, layer_cache = block(
                 x,
-                positions,
                 rope=rope,
                 bias=bias,
                 mask=mask,
-                cache=None if cache is None else cache[i],
+                cache=None if cache is None else cache.layers[i],
+                slots=slots,
             )
-            new_cache.append(layer_cache)
+            layers.append(layer_cache)
         logits = self.unembed(self.norm(x))
-        return logits, None if cache is None else tuple(new_cache)
+        if cache is None:
+            return logits, None
+        index = cache.index + tokens.shape[1]
+        return logits, Cache(tuple(layers), k_positions, k_valid, index)
 
 
 def extend_context(model: Transformer, factor: float) -> Transformer:

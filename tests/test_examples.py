@@ -83,6 +83,62 @@ def test_forward_shift_and_cached_decoding(encoding):
     assert decoded.tokens.shape == (2, steps)
 
 
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_left_padded_decoding(encoding):
+    """Prompts of 1..5 symbols, left-padded into one batch: cached decoding equals
+    full recomputation (each sequence writes at its own cache index, whatever its
+    position), and every row equals decoding that prompt alone, unpadded (padding is
+    never attended to, by the cached or the full forward)."""
+    model = transformer.extend_context(small_model(encoding), 2)
+    b = copy_task.make_batch(
+        jax.random.key(5),
+        batch_size=4,
+        n_max=5,
+        num_symbols=TRAIN.num_symbols,
+        variable_length=True,
+    )
+    prompts = decode.left_padded_prompts(b)
+    lengths = np.asarray(prompts.valid.sum(axis=-1))
+    assert len(set(lengths.tolist())) > 1, lengths  # really of different lengths
+    # A prefill at positions 10.. (a later chunk of a long text) writes the cache's
+    # slots 0..P-1, not slots = positions, and records positions and padding.
+    graphdef, params = nnx.split(model)
+    tokens, valid = prompts.tokens, prompts.valid
+    positions = flax_posenc.positions_from_padding_mask(valid) + 10
+    cache = transformer.init_cache(model.config, 4, tokens.shape[1])
+    full, _ = decode._forward(graphdef, params, tokens, positions, None, valid)
+    cached, cache = decode._forward(graphdef, params, tokens, positions, cache, valid)
+    real = np.asarray(valid)
+    np.testing.assert_allclose(
+        np.asarray(cached)[real], np.asarray(full)[real], atol=1e-4, rtol=1e-4
+    )
+    np.testing.assert_array_equal(cache.index, [tokens.shape[1]] * 4)
+    np.testing.assert_array_equal(cache.valid, valid)
+    np.testing.assert_array_equal(cache.positions, positions)
+
+    steps = prompts.answer.shape[1]
+    padded = decode.check_decoding(model, tokens, steps, valid)
+    for row, length in enumerate(lengths):
+        alone = decode.decode_cached(model, tokens[row : row + 1, -length:], 2)
+        np.testing.assert_allclose(
+            padded.logits[row, :2], alone.logits[0], atol=1e-4, rtol=1e-4
+        )
+
+
+def test_left_padded_prompts_layout():
+    b = copy_task.make_batch(
+        jax.random.key(5), batch_size=8, n_max=5, num_symbols=9, variable_length=True
+    )
+    prompts = decode.left_padded_prompts(b)
+    for tokens, valid, answer, answer_mask, n in zip(
+        *map(np.asarray, prompts), np.asarray(b.mask.sum(-1)), strict=True
+    ):
+        assert not valid[: 5 - n].any() and valid[5 - n :].all()
+        assert np.all(tokens[: 5 - n] == copy_task.PAD) and tokens[-1] == copy_task.SEP
+        np.testing.assert_array_equal(answer[answer_mask], tokens[5 - n : -1])
+        assert answer_mask.sum() == n
+
+
 def test_train_step_compiles_once():
     model = small_model("rope")
     graphdef, params = nnx.split(model)
@@ -126,7 +182,7 @@ def test_hf_config_inline_phi3_lists_match_the_fixture():
 def test_hf_config_llama3_wavelengths():
     """Llama 3 keeps wavelengths below original / high_freq_factor (2048) and
     multiplies those above original / low_freq_factor (8192) by the factor 8."""
-    config = flax_posenc.RopeConfig.from_hf(hf_config.LLAMA_3_1_8B)
+    config = flax_posenc.rope_config_from_hf(hf_config.LLAMA_3_1_8B)
     plain = dataclasses.replace(config, scaling=None)
     scaled, attention_scaling = hf_config.wavelengths(config, None)
     base, _ = hf_config.wavelengths(plain, None)
@@ -153,15 +209,14 @@ def test_linen_block_equals_nnx_block(encoding):
         rope = flax_posenc.rope_cos_sin(positions, model.rope)
     else:
         bias = model.attention_bias(positions, positions)
-    cache = transformer.init_cache(config, 2, 8)[0]
+    cache = transformer.init_cache(config, 2, 8)
+    slots = transformer.write_slots(cache, 8)
     block = model.blocks[0]
     params = {"params": nnx.to_pure_dict(nnx.state(block))}
-    for layer_cache in (None, cache):
-        kwargs = dict(rope=rope, bias=bias, mask=mask, cache=layer_cache)
-        want, want_cache = block(x, positions, **kwargs)
-        got, got_cache = transformer_linen.Block(config).apply(
-            params, x, positions, **kwargs
-        )
+    for layer_cache in (None, cache.layers[0]):
+        kwargs = dict(rope=rope, bias=bias, mask=mask, cache=layer_cache, slots=slots)
+        want, want_cache = block(x, **kwargs)
+        got, got_cache = transformer_linen.Block(config).apply(params, x, **kwargs)
         np.testing.assert_allclose(got, want, atol=1e-6)
         if layer_cache is not None:
             np.testing.assert_allclose(got_cache.k, want_cache.k, atol=1e-6)

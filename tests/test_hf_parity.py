@@ -44,7 +44,7 @@ def f32(values):
 
 
 def config_of(case):
-    return fp.RopeConfig.from_hf(case["config"], layer_type=case["layer_type"])
+    return fp.rope_config_from_hf(case["config"], layer_type=case["layer_type"])
 
 
 def deinterleave(x, rotary_dim):
@@ -192,11 +192,11 @@ LLAMA = {"hidden_size": 256, "num_attention_heads": 4, "max_position_embeddings"
 )
 def test_bad_configs_are_rejected(config, layer_type, error, match):
     with pytest.raises(error, match=match):
-        fp.RopeConfig.from_hf(config, layer_type=layer_type)
+        fp.rope_config_from_hf(config, layer_type=layer_type)
 
 
 def test_defaults_are_filled_like_transformers():
-    neox = fp.RopeConfig.from_hf(
+    neox = fp.rope_config_from_hf(
         {
             "model_type": "gpt_neox",
             "hidden_size": 512,
@@ -205,7 +205,7 @@ def test_defaults_are_filled_like_transformers():
         }
     )
     assert neox.rotary_dim == 32  # GPTNeoXConfig's default rotary_pct = 0.25
-    deepseek = fp.RopeConfig.from_hf(
+    deepseek = fp.rope_config_from_hf(
         {"model_type": "deepseek_v3", "qk_rope_head_dim": 64, "rope_theta": 1e4}
     )
     assert (deepseek.head_dim, deepseek.layout) == (64, "interleaved")
@@ -221,7 +221,7 @@ def test_phi3_top_level_original_length_is_only_for_longrope():
         "rope_theta": 10000.0,
         "rope_scaling": None,
     }
-    config = fp.RopeConfig.from_hf(phi3_4k)
+    config = fp.rope_config_from_hf(phi3_4k)
     assert (config.head_dim, config.scaling) == (96, None)
 
 
@@ -232,8 +232,8 @@ def test_gemma3_config_without_layer_types():
         "rope_local_base_freq": 1e4,
         "rope_scaling": {"rope_type": "linear", "factor": 8.0},
     }
-    full = fp.RopeConfig.from_hf(gemma3, layer_type="full_attention")
-    local = fp.RopeConfig.from_hf(gemma3, layer_type="sliding_attention")
+    full = fp.rope_config_from_hf(gemma3, layer_type="full_attention")
+    local = fp.rope_config_from_hf(gemma3, layer_type="sliding_attention")
     assert (full.theta, full.scaling) == (1e6, fp.LinearScaling(factor=8.0))
     assert (local.theta, local.scaling) == (1e4, None)
 
@@ -251,4 +251,4 @@ def test_dynamic_ntk_rejects_the_key_transformers_ignores():
     with pytest.raises(
         ValueError, match=r"Unknown keys \['original_max_position_embeddings'\]"
     ):
-        fp.RopeConfig.from_hf(config)
+        fp.rope_config_from_hf(config)

@@ -1,7 +1,9 @@
 """flax_posenc.testing assertions pass for the right thing and fail for the wrong one."""
 
 import functools
+import inspect
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -121,12 +123,13 @@ def test_a_rotation_by_non_relative_angles_is_not_shift_invariant():
     batch=st.sampled_from([(), (2,)]),
     length=st.integers(1, 6),
     heads=st.integers(1, 3),
+    group=st.sampled_from([1, 2, 4]),  # q heads per k head (grouped-query attention)
     head_dim=st.sampled_from([4, 8, 16]),
     partial=st.booleans(),
     data=st.data(),
 )
 def test_rope_shift_invariance_property(
-    family, layout, dtype, batch, length, heads, head_dim, partial, data
+    family, layout, dtype, batch, length, heads, group, head_dim, partial, data
 ):
     rotary_dim = head_dim // 2 if partial and head_dim > 4 else head_dim
     config = ref.make_config(
@@ -143,16 +146,215 @@ def test_rope_shift_invariance_property(
         st.lists(st.integers(-int(positions.min()), 3000), min_size=1, max_size=3),
         label="offsets",
     )
-    shape = (*batch, length, heads, head_dim)
-    q, k = normal(shape, dtype, seed=length), normal(shape, dtype, seed=heads + 7)
+    q = normal((*batch, length, heads * group, head_dim), dtype, seed=length)
+    k = normal((*batch, length, heads, head_dim), dtype, seed=heads + 7)
     seq_len = 8192 if family in ref.SEQ_LEN_FAMILIES else None
     testing.assert_shift_invariance(rope_fn(config, seq_len), q, k, positions, offsets)
 
 
-def test_shift_invariance_needs_an_offset():
+# Grouped-query attention: 8 q heads share 2 k heads, 4 q heads per k head (Llama).
+Q_GQA = normal((2, 6, 8, 8), seed=3)
+K_GQA = normal((2, 6, 2, 8), seed=4)
+
+
+@pytest.mark.parametrize("family", ["plain", "yarn", "llama3"])
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_rope_is_shift_invariant_with_grouped_query_attention(family, layout, dtype):
+    rotate = rope_fn(ref.make_config(family, head_dim=8, layout=layout))
+    q, k = Q_GQA.astype(dtype), K_GQA.astype(dtype)
+    testing.assert_shift_invariance(rotate, q, k, SHIFT_POSITIONS, SHIFT_OFFSETS)
+
+
+def test_absolute_encoding_is_not_shift_invariant_with_grouped_query_attention():
+    table = normal((256, 8), seed=2)
+
+    def add_learned(x, positions):
+        return x + table[positions][..., None, :]
+
+    with pytest.raises(AssertionError, match=r"offset=1 changes the scores"):
+        testing.assert_shift_invariance(add_learned, Q_GQA, K_GQA, SHIFT_POSITIONS, [1])
+
+
+def test_grouped_scores_pair_each_q_head_with_its_k_head():
+    """Scores by loops in float64: q head n meets k head n // (N / K), Llama's
+    repeat_kv (not n % K, which a tile instead of a repeat would give)."""
+    q, k = np.asarray(Q_GQA, np.float64), np.asarray(K_GQA, np.float64)
+    group = q.shape[-2] // k.shape[-2]
+    want = np.zeros((2, 8, 6, 6))
+    for b, n, query, key in np.ndindex(*want.shape):
+        want[b, n, query, key] = q[b, query, n] @ k[b, key, n // group]
+    np.testing.assert_allclose(testing._attention_scores(q, k), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("duplicate", ["concat", "repeat"])
+def test_a_rope_with_mismatched_layout_is_not_shift_invariant(duplicate):
+    """rotate_half (pairs (j, j + H/2)) needs cos/sin as [c | c]; the interleaved
+    duplication [c0, c0, c1, c1, ...] (a classic porting bug) is no rotation."""
     config = fp.RopeConfig(head_dim=8)
-    x = jnp.ones((4, 1, 8))
-    with pytest.raises(ValueError, match="`offsets` must name at least one"):
+
+    def rotate(x, positions):
+        cos, sin = fp.rope_cos_sin(positions, config)  # [..., L, H/2]
+        if duplicate == "concat":
+            cos, sin = (jnp.concatenate([t, t], axis=-1) for t in (cos, sin))
+        else:
+            cos, sin = (jnp.repeat(t, 2, axis=-1) for t in (cos, sin))
+        x1, x2 = jnp.split(x, 2, axis=-1)
+        rotated = jnp.concatenate([-x2, x1], axis=-1)
+        return x * cos[..., None, :] + rotated * sin[..., None, :]
+
+    check = functools.partial(
+        testing.assert_shift_invariance, rotate, Q_GQA, K_GQA, SHIFT_POSITIONS, [1, 17]
+    )
+    if duplicate == "concat":
+        check()
+    else:
+        with pytest.raises(AssertionError, match=r"offset=1 changes"):
+            check()
+
+
+@pytest.mark.parametrize("family", ref.FAMILIES)
+def test_tolerance_is_sized_by_the_shifted_positions(family):
+    """A correct RoPE passes at offset 10**6 from small positions (a tolerance sized
+    by the unshifted positions, ~1e-4, would fail it: float32 angles at 1e6 are off
+    by up to 1e6 * 2^-23 ~ 0.12 rad), and back from there to small ones."""
+    seq_len = 4096 if family in ref.SEQ_LEN_FAMILIES else None
+    rotate = rope_fn(ref.make_config(family, head_dim=8), seq_len)
+    testing.assert_shift_invariance(rotate, Q, K, SHIFT_POSITIONS, [10**6])
+    far = SHIFT_POSITIONS + 10**6
+    testing.assert_shift_invariance(rotate, Q, K, far, [-(10**6), 1])
+
+
+def test_a_large_offset_does_not_loosen_the_small_ones():
+    """An angle error of 0.01 rad on odd positions keeps even offsets invariant and
+    breaks odd ones. Beside offset 10**6 (tolerance ~0.48) offset 1 must still be
+    held to its own positions (< 202: ~1e-4), where a tolerance sized by the largest
+    offset of the call would let it pass."""
+    inv_freq = fp.rope_frequencies(fp.RopeConfig(head_dim=8)).inv_freq
+
+    def rotate_parity(x, positions):
+        parity = (positions % 2).astype(jnp.float32)[..., None]
+        angles = positions.astype(jnp.float32)[..., None] * inv_freq[None, None]
+        angles = angles + 0.01 * parity
+        return fp.rope_rotate(x, jnp.cos(angles), jnp.sin(angles))
+
+    testing.assert_shift_invariance(rotate_parity, Q, K, SHIFT_POSITIONS, [10**6])
+    with pytest.raises(AssertionError, match=r"offset=1 .* position, 201\)"):
         testing.assert_shift_invariance(
-            lambda v, p: fp.apply_rope(v, p, config), x, x, jnp.arange(4), offsets=[]
+            rotate_parity, Q, K, SHIFT_POSITIONS, [10**6, 1]
         )
+
+
+@pytest.mark.parametrize("dim", [8, 16, 64, 512])
+@pytest.mark.parametrize("spacing", ["paper", "tensor2tensor"])
+def test_offset_linearity_defaults_hold_for_sinusoidal(dim, spacing):
+    """Defaults: positions 0..2D-1, offsets (1, 2, 7, 100), rtol 1e-4."""
+    encode = functools.partial(fp.sinusoidal_encoding, dim=dim, spacing=spacing)
+    testing.assert_relative_offset_linearity(encode)
+
+
+def test_offset_linearity_defaults_catch_a_random_table():
+    table = jax.random.normal(jax.random.key(0), (256, 16))
+
+    def encode(p):
+        return fp.learned_embedding_lookup(table, p)
+
+    with pytest.raises(AssertionError, match=r"offset k=1: residual"):
+        testing.assert_relative_offset_linearity(encode)
+    assert testing.DEFAULT_OFFSETS == (1, 2, 7, 100)
+
+
+def sinusoidal16(p):
+    return fp.sinusoidal_encoding(p, 16)
+
+
+def rope8(x, p):
+    return fp.apply_rope(x, p, fp.RopeConfig(head_dim=8))
+
+
+X = normal((4, 2, 8))  # [L, N, H]
+GOOD_ARGUMENTS = {
+    testing.assert_shift_invariance: dict(
+        rotate=rope8, q=X, k=X, positions=np.arange(4), offsets=[1]
+    ),
+    testing.assert_relative_offset_linearity: dict(
+        encode=sinusoidal16, positions=np.arange(40), offsets=[1]
+    ),
+    testing.assert_encoding_shape: dict(
+        encoding=jnp.zeros((4, 16)), positions=jnp.arange(4), dim=16
+    ),
+    testing.assert_module_shapes: dict(
+        inputs=jnp.zeros((2, 4)),
+        outputs=jnp.zeros((2, 4)),
+        dims=chex.Dimensions(B=2, L=4),
+        spec="BL",
+    ),
+}
+SHIFT = testing.assert_shift_invariance
+LINEAR = testing.assert_relative_offset_linearity
+SHAPE = testing.assert_encoding_shape
+MODULE = testing.assert_module_shapes
+BAD_ARGUMENTS = [
+    # assert_shift_invariance
+    (SHIFT, "rotate", None, TypeError, r"`rotate` must be a function"),
+    (SHIFT, "q", X.tolist(), TypeError, r"`q` must be a jax or numpy array"),
+    (SHIFT, "q", jnp.ones((4, 2, 8), jnp.int32), TypeError, r"`q` must be floating"),
+    (SHIFT, "q", X[0], ValueError, r"`q` must be \[..., L, N, H\] \(rank >= 3\)"),
+    (SHIFT, "k", X[..., :4], ValueError, r"`k` must be \[..., L, K, H\]"),
+    (SHIFT, "k", X[:3], ValueError, r"`k` must be .* got shape \(3, 2, 8\)"),
+    (SHIFT, "q", normal((4, 3, 8)), ValueError, r"`q` heads \(3\) must be a multiple"),
+    (SHIFT, "positions", np.arange(4.0), TypeError, r"`positions` must be integers"),
+    (SHIFT, "positions", np.arange(0), ValueError, r"`positions` must be a non-empty"),
+    (SHIFT, "positions", np.arange(5), ValueError, r"`positions` must be \[..., L\]"),
+    (SHIFT, "positions", np.zeros((3, 4), int), ValueError, r"broadcastable to q"),
+    (SHIFT, "offsets", [], ValueError, r"`offsets` must name at least one"),
+    (SHIFT, "offsets", 3, TypeError, r"`offsets` must be a sequence of ints"),
+    (SHIFT, "offsets", [1.5], TypeError, r"`offsets` must hold ints, got 1.5"),
+    (SHIFT, "offsets", [2**31], ValueError, r"`offsets`: .* outside int32"),
+    (SHIFT, "rtol", 0.0, ValueError, r"`rtol` must be a finite number > 0, got 0.0"),
+    (SHIFT, "rtol", "1e-3", TypeError, r"`rtol` must be a number"),
+    # assert_relative_offset_linearity
+    (LINEAR, "encode", "sinusoidal", TypeError, r"`encode` must be a function"),
+    (LINEAR, "positions", [], ValueError, r"`positions` must be a non-empty"),
+    (LINEAR, "positions", np.zeros((2, 40), int), ValueError, r"\[P\] \(rank 1\)"),
+    (LINEAR, "positions", np.arange(40.0), TypeError, r"`positions` must be integers"),
+    (LINEAR, "positions", np.arange(8), ValueError, r"outnumber the encoding's rank"),
+    (LINEAR, "offsets", [], ValueError, r"`offsets` must name at least one"),
+    (LINEAR, "offsets", [True], TypeError, r"`offsets` must hold ints, got True"),
+    (LINEAR, "rtol", -1e-4, ValueError, r"`rtol` must be a finite number > 0"),
+    # assert_encoding_shape
+    (SHAPE, "encoding", [[0.0] * 16] * 4, TypeError, r"`encoding` must be a jax"),
+    (SHAPE, "positions", [0, 1, 2, 3], TypeError, r"`positions` must be a jax"),
+    (SHAPE, "dim", 0, ValueError, r"`dim` must be a positive int, got 0"),
+    (SHAPE, "dim", 16.0, TypeError, r"`dim` must be a positive int, got 16.0"),
+    (SHAPE, "dtype", "float99", TypeError, r"`dtype` must be a dtype"),
+    # assert_module_shapes
+    (MODULE, "inputs", None, TypeError, r"`inputs` must be a jax or numpy array"),
+    (MODULE, "outputs", np.zeros(3).tolist(), TypeError, r"`outputs` must be a jax"),
+    (MODULE, "dims", {"B": 2, "L": 4}, TypeError, r"`dims` must be a chex.Dimensions"),
+    (MODULE, "spec", 3, TypeError, r"`spec` must be a string"),
+    (MODULE, "spec", "BX", ValueError, r"`spec` 'BX' names dimension 'X'"),
+]
+
+
+def test_good_arguments_pass():
+    for assertion, kwargs in GOOD_ARGUMENTS.items():
+        assertion(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "assertion,argument,value,error,match",
+    BAD_ARGUMENTS,
+    ids=[f"{a.__name__}-{arg}-{i}" for i, (a, arg, *_) in enumerate(BAD_ARGUMENTS)],
+)
+def test_bad_arguments_raise(assertion, argument, value, error, match):
+    kwargs = dict(GOOD_ARGUMENTS[assertion], **{argument: value})
+    with pytest.raises(error, match=match):
+        assertion(**kwargs)
+
+
+def test_every_argument_has_a_bad_input_case():
+    """A new argument of an assertion needs a row in BAD_ARGUMENTS."""
+    for assertion in GOOD_ARGUMENTS:
+        covered = {arg for a, arg, *_ in BAD_ARGUMENTS if a is assertion}
+        assert covered == set(inspect.signature(assertion).parameters), assertion
