@@ -14,6 +14,7 @@ import math
 import pathlib
 from collections import Counter
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -39,7 +40,8 @@ def _apply(layer: fp.LayerRope, x: np.ndarray, case: dict, *, is_query: bool):
     position_ids = jnp.asarray(case["position_ids"])
     if layer.rope is not None:
         head_dim = layer.rope.head_dim
-        rotated = x[..., :head_dim] if x.shape[-1] != head_dim else x
+        last = layer.rope_features == "last"
+        rotated = x[..., x.shape[-1] - head_dim :] if last else x[..., :head_dim]
         if layer.mrope_section is not None:
             out = fp.apply_mrope(
                 rotated,
@@ -50,9 +52,19 @@ def _apply(layer: fp.LayerRope, x: np.ndarray, case: dict, *, is_query: bool):
             )
         else:
             out = fp.apply_rope(rotated, position_ids, layer.rope)
-        x = out if x.shape[-1] == head_dim else jnp.concatenate(
-            [out, x[..., head_dim:]], -1
-        )
+        if case["config_dict"].get("rope_interleave"):
+            # transformers' apply_rotary_pos_emb_interleave returns the rotated
+            # features de-interleaved (half order); scores are the same.
+            out = fp.rope_permute_layout(
+                out, rotary_dim=layer.rope.rotary_dim, source="interleaved", target="half"
+            )
+        rest = x[..., : x.shape[-1] - head_dim] if last else x[..., head_dim:]
+        x = jnp.concatenate([rest, out] if last else [out, rest], -1)
+        if case["config_dict"].get("use_qk_norm") and case["model_type"] == "llama4_text":
+            # Llama 4 L2-normalises q and k after RoPE (not positional, but on the way
+            # to the scores the fixture records).
+            eps = case["config_dict"]["rms_norm_eps"]
+            x = x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + eps)
     if is_query and layer.query_scaling is not None:
         positions = position_ids if position_ids.ndim == 2 else position_ids[0]
         if layer.query_scaling.offset == 1:  # Llama 4 counts the cache index

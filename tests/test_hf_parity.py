@@ -44,7 +44,14 @@ def f32(values):
 
 
 def config_of(case):
-    return fp.rope_config_from_hf(case["config"], layer_type=case["layer_type"])
+    """The RopeConfig of the case's layer type (DeepSeek's softmax factor aside)."""
+    spec = fp.read_hf_rope(case["config"])
+    kinds = spec.layer_types or (None,) * len(spec.layers)
+    return next(
+        layer.rope
+        for kind, layer in zip(kinds, spec.layers, strict=True)
+        if case["layer_type"] in (None, kind)
+    )
 
 
 def deinterleave(x, rotary_dim):
@@ -140,7 +147,12 @@ def test_apply_rope_end_to_end(name):
     np.testing.assert_allclose(rotated, f32(case["q_rotated"]), atol=allowance, rtol=0)
 
 
-LLAMA = {"hidden_size": 256, "num_attention_heads": 4, "max_position_embeddings": 4096}
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "max_position_embeddings": 4096,
+}
 
 
 @pytest.mark.parametrize(
@@ -172,21 +184,26 @@ LLAMA = {"hidden_size": 256, "num_attention_heads": 4, "max_position_embeddings"
             {**LLAMA, "rope_parameters": {"full_attention": {"rope_theta": 1e4}}},
             None,
             ValueError,
-            "pass one as `layer_type`",
+            "do not cover",
         ),
         (
             {**LLAMA, "rope_parameters": {"rope_theta": 1e4}},
             "full_attention",
             ValueError,
-            "not nested",
+            "has no layer types; pass layer_type=None",
         ),
         (
             {"hidden_size": 256, "rope_theta": 1e4},
             None,
             ValueError,
-            "names no head_dim",
+            "names no `model_type`",
         ),
-        ({**LLAMA}, None, ValueError, "names no rope_theta"),
+        (
+            {"model_type": "llama", "num_attention_heads": 4},
+            None,
+            ValueError,
+            "names no head_dim, and not both hidden_size",
+        ),
         ([("rope_theta", 1e4)], None, TypeError, "must be a dict"),
     ],
 )
@@ -227,6 +244,7 @@ def test_phi3_top_level_original_length_is_only_for_longrope():
 
 def test_gemma3_config_without_layer_types():
     gemma3 = {
+        "model_type": "gemma3_text",
         "head_dim": 64,
         "rope_theta": 1e6,
         "rope_local_base_freq": 1e4,

@@ -90,6 +90,10 @@ class LayerRope:
         (:func:`flax_posenc.apply_query_scaling`), or None.
       softmax_scale_factor: multiplies the attention's ``1 / sqrt(d)`` softmax
         scale (DeepSeek's YaRN ``mscale_all_dim``); 1 for most models.
+      rope_features: which features of the model's q/k head ``rope.head_dim``
+        covers: ``"first"``, or ``"last"`` for multi-head latent attention
+        (DeepSeek-V2/V3 heads are ``[nope | rope]``: apply RoPE to
+        ``q[..., -rope.head_dim:]``).
     """
 
     rope: RopeConfig | None
@@ -97,6 +101,7 @@ class LayerRope:
     mrope_interleaved: bool = False
     query_scaling: QueryScaling | None = None
     softmax_scale_factor: float = 1.0
+    rope_features: str = "first"
 
     def only_rope(self, what: str) -> RopeConfig:
         """The ``RopeConfig``, or a ValueError if the layer needs more than it."""
@@ -322,13 +327,7 @@ def _blocks(cfg: _Config) -> dict[str | None, dict | None]:
 
 
 def _rope_type(block: Mapping[str, Any], where: str) -> str:
-    rope_type = block.get("rope_type", block.get("type", "default"))
-    if block.get("type") is not None and block.get("rope_type") is not None:
-        if block["type"] != block["rope_type"]:
-            raise ValueError(
-                f"{where} has type={block['type']!r} and rope_type="
-                f"{block['rope_type']!r}; transformers reads rope_type."
-            )
+    rope_type = block.get("rope_type", block.get("type", "default"))  # as transformers
     if not isinstance(rope_type, str):
         raise TypeError(f"{where}['rope_type'] must be a string, got {rope_type!r}.")
     rope_type = _ALIASES.get(rope_type, rope_type)
@@ -343,7 +342,7 @@ def _rope_type(block: Mapping[str, Any], where: str) -> str:
 def _check_keys(cfg: _Config, block: Mapping[str, Any], rope_type: str, where: str):
     required, optional = _FAMILY_KEYS[rope_type]
     if cfg.model.alpha and rope_type == "dynamic" and block.get("alpha"):
-        required = frozenset()  # Hunyuan: alpha replaces factor
+        required, optional = frozenset(), optional | {"factor"}  # alpha wins
     present = {k for k, v in block.items() if v is not None}
     if rope_type in _NEEDS_ORIGINAL:
         present.add("original_max_position_embeddings")  # filled in from the config
@@ -368,7 +367,13 @@ def _check_keys(cfg: _Config, block: Mapping[str, Any], rope_type: str, where: s
 # --------------------------------------------------------------------------------------
 
 
-def _head_dim(cfg: _Config) -> int:
+def _head_dim(cfg: _Config, layer_type: str | None) -> int:
+    if cfg.model.global_head_dim is not None and layer_type == "full_attention":
+        per_layer = cfg.config.get("per_layer_config") or {}
+        value = (per_layer.get("full_attention") or {}).get("head_dim")
+        if value is None:
+            value = cfg.config.get("global_head_dim", cfg.model.global_head_dim)
+        return _length(cfg.where("global_head_dim"), value)
     rule = cfg.model.head_dim
     if rule == "qk_rope_head_dim":
         return _length(cfg.where("qk_rope_head_dim"), cfg.get("qk_rope_head_dim"))
@@ -513,12 +518,15 @@ def _layout(cfg: _Config) -> str:
     return cfg.model.layout
 
 
-def _layer_rope(cfg: _Config, block: Mapping[str, Any] | None, where: str) -> LayerRope:
+def _layer_rope(
+    cfg: _Config, block: Mapping[str, Any] | None, layer_type: str | None
+) -> LayerRope:
+    where = "rope_parameters" + ("" if layer_type is None else f"[{layer_type!r}]")
     if block is None:
         return LayerRope(rope=None)
     rope_type = _rope_type(block, where)
     _check_keys(cfg, block, rope_type, where)
-    head_dim = _head_dim(cfg)
+    head_dim = _head_dim(cfg, layer_type)
     theta = _number(f"{where}['rope_theta']", block.get("rope_theta", 10000.0))
     if cfg.model.rotary_dim_key is not None:
         rotary = cfg.get(cfg.model.rotary_dim_key)
@@ -539,7 +547,8 @@ def _layer_rope(cfg: _Config, block: Mapping[str, Any] | None, where: str) -> La
     mrope_interleaved = False
     if cfg.model.mrope is not None:
         mrope_section = _lengths(
-            f"{where}['mrope_section']", block.get("mrope_section")
+            f"{where}['mrope_section']",
+            block.get("mrope_section", cfg.model.mrope_section),
         )
         mrope_interleaved = cfg.model.mrope == "interleaved"
         if "mrope_interleaved" in block:
@@ -569,6 +578,7 @@ def _layer_rope(cfg: _Config, block: Mapping[str, Any] | None, where: str) -> La
         mrope_interleaved=mrope_interleaved,
         query_scaling=query_scaling,
         softmax_scale_factor=softmax,
+        rope_features="last" if cfg.model.head_dim == "qk_rope_head_dim" else "first",
     )
 
 
@@ -656,12 +666,7 @@ def read_hf_rope(config: Mapping[str, Any]) -> HFRope:
     count = _length(cfg.where("num_hidden_layers"), cfg.get("num_hidden_layers"))
     layer_types = _layer_types(cfg, count)
     blocks = _blocks(cfg)
-    per_type: dict[str | None, LayerRope] = {
-        key: _layer_rope(
-            cfg, block, "rope_parameters" + ("" if key is None else f"[{key!r}]")
-        )
-        for key, block in blocks.items()
-    }
+    per_type = {key: _layer_rope(cfg, block, key) for key, block in blocks.items()}
     uses_rope = _uses_rope(cfg, count, layer_types)
     temperature = None
     if cfg.model.query_scaling == "llama4" and _flag(
@@ -678,6 +683,9 @@ def read_hf_rope(config: Mapping[str, Any]) -> HFRope:
             layer = per_type[None]
         else:
             kind = layer_types[index] if layer_types else None
+            if kind is not None and kind not in per_type and "attention" not in kind:
+                layers.append(LayerRope(rope=None))  # an MLP / conv layer: no attention
+                continue
             if kind not in per_type:
                 raise ValueError(
                     f"Layer {index} is of type {kind!r}, which the config's "
@@ -738,6 +746,11 @@ def rope_config_from_hf(
                 "different RoPE; pass one as `layer_type`, or use fp.read_hf_rope."
             )
         return spec.layers[0].only_rope(f"This {spec.model_type!r} config")
+    if not kinds:
+        raise ValueError(
+            f"`layer_type`={layer_type!r} given, but this {spec.model_type!r} config "
+            "has no layer types; pass layer_type=None."
+        )
     if not isinstance(layer_type, str) or layer_type not in kinds:
         raise ValueError(f"`layer_type` must be one of {kinds}, got {layer_type!r}.")
     if len(distinct) == 1:
