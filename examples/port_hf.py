@@ -43,8 +43,8 @@ import flax_posenc as fp
 CHECKPOINTS = pathlib.Path(__file__).parents[1] / "tests" / "fixtures" / "checkpoints"
 FAMILIES = ("llama", "glm", "phi3")
 # float32 end to end on both sides; the two differ only in summation order (XLA vs
-# PyTorch kernels), which moves logits of magnitude ~5 by ~1e-6. A RoPE mistake
-# (layout, frequencies, a position off by one) moves them by 1e-2 or more.
+# PyTorch kernels), which moves these logits (std 1, at most ~4) by ~2e-6. A RoPE
+# mistake (layout, frequencies, a position off by one) moves them by 1e-2 or more.
 LOGITS_ATOL = 1e-4
 
 
@@ -71,7 +71,8 @@ class Config:
         model_type = hf.get("model_type")
         if model_type not in FAMILIES:
             raise ValueError(
-                f"`model_type` must be one of {', '.join(FAMILIES)}, got {model_type!r}."
+                f"`model_type` must be one of {', '.join(FAMILIES)}, "
+                f"got {model_type!r}."
             )
         unsupported = {
             "hidden_act": hf.get("hidden_act", "silu") != "silu",
@@ -216,13 +217,14 @@ def unfuse(tensors: dict[str, np.ndarray], config: Config) -> dict[str, np.ndarr
     for name in [n for n in tensors if n.endswith(".qkv_proj.weight")]:
         prefix = name.removesuffix("qkv_proj.weight")
         q, k, v = np.split(tensors.pop(name), [q_rows, q_rows + kv_rows])
-        tensors |= {
-            f"{prefix}{p}_proj.weight": w for p, w in zip("qkv", (q, k, v), strict=True)
-        }
+        tensors[f"{prefix}q_proj.weight"] = q
+        tensors[f"{prefix}k_proj.weight"] = k
+        tensors[f"{prefix}v_proj.weight"] = v
     for name in [n for n in tensors if n.endswith(".gate_up_proj.weight")]:
         prefix = name.removesuffix("gate_up_proj.weight")
         gate, up = np.split(tensors.pop(name), 2)  # HF: gate, up = chunk(2)
-        tensors |= {f"{prefix}gate_proj.weight": gate, f"{prefix}up_proj.weight": up}
+        tensors[f"{prefix}gate_proj.weight"] = gate
+        tensors[f"{prefix}up_proj.weight"] = up
     return tensors
 
 
