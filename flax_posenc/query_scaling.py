@@ -114,7 +114,9 @@ def apply_query_scaling(
     """
     check_float_array("q", q)
     if q.ndim < 3:
-        raise ValueError(f"`q` must be [..., L, N, H] (rank >= 3), got shape {q.shape}.")
+        raise ValueError(
+            f"`q` must be [..., L, N, H] (rank >= 3), got shape {q.shape}."
+        )
     positions = check_positions("positions", positions, "q.shape[:-2]", q.shape[:-2])
     factor = query_scale(positions, scaling)[..., None, None]
     factor = factor.reshape((1,) * (q.ndim - factor.ndim) + factor.shape)

@@ -433,7 +433,9 @@ def _original(cfg: _Config, block: Mapping[str, Any], where: str) -> int:
 def _max_positions(cfg: _Config) -> int:
     value = cfg.get("max_position_embeddings")
     if value is None:
-        raise ValueError(f"The {cfg.model_type!r} config names no max_position_embeddings.")
+        raise ValueError(
+            f"The {cfg.model_type!r} config names no max_position_embeddings."
+        )
     return _length(cfg.where("max_position_embeddings"), value)
 
 
@@ -454,7 +456,8 @@ def _scaling(
         if cfg.model.alpha and block.get("alpha"):
             return NTKScaling(factor=number("alpha"))
         return DynamicNTKScaling(
-            factor=number("factor"), original_max_position_embeddings=_max_positions(cfg)
+            factor=number("factor"),
+            original_max_position_embeddings=_max_positions(cfg),
         )
     if rope_type == "llama3":
         return Llama3Scaling(
@@ -530,7 +533,9 @@ def _layer_rope(
     theta = _number(f"{where}['rope_theta']", block.get("rope_theta", 10000.0))
     if cfg.model.rotary_dim_key is not None:
         rotary = cfg.get(cfg.model.rotary_dim_key)
-        rotary = head_dim if rotary is None else _length(cfg.where("rotary_dim"), rotary)
+        rotary = (
+            head_dim if rotary is None else _length(cfg.where("rotary_dim"), rotary)
+        )
     elif rope_type == "proportional":
         rotary = head_dim  # unrotated pairs get inv_freq 0 (Gemma 4)
     else:
@@ -565,7 +570,9 @@ def _layer_rope(
         "llama_4_scaling_beta"
     ):
         query_scaling = QueryScaling(
-            scale=_number(f"{where}['llama_4_scaling_beta']", block["llama_4_scaling_beta"]),
+            scale=_number(
+                f"{where}['llama_4_scaling_beta']", block["llama_4_scaling_beta"]
+            ),
             floor_scale=float(_original(cfg, block, where)),
         )
     softmax = 1.0
@@ -769,4 +776,3 @@ def rope_config_from_hf(
             "fp.read_hf_rope(config).layer(i)."
         )
     return chosen.pop().only_rope(f"Layer type {layer_type!r}")
-
