@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import flax_posenc as fp
-from flax_posenc.hf import _models
+from flax_posenc.hf import _defaults, _models
 
 FIXTURES = json.loads(
     (pathlib.Path(__file__).parent / "fixtures" / "hf_models.json").read_text()
@@ -102,7 +102,14 @@ def test_reader_and_apply_reproduce_transformers(name, form):
         with pytest.raises(ValueError, match="not in flax_posenc's table"):
             fp.read_hf_rope(case[form])
         return
-    spec = fp.read_hf_rope(case[form])
+    config = dict(case[form])
+    for key in ("layer_types", "no_rope_layers"):
+        if _defaults.DEFAULTS[case["model_type"]].get(f"{key}_required"):
+            if key not in config:  # a class rule we do not repeat: refuse, then
+                with pytest.raises(ValueError, match=f"needs `{key}`"):
+                    fp.read_hf_rope(config)
+                config[key] = case["config_dict"][key]  # as published configs have
+    spec = fp.read_hf_rope(config)
     layer = spec.layer(case["layer_index"])
     assert (layer.rope is not None) == case["uses_rope"]
     for side, is_query in (("q", True), ("k", False)):

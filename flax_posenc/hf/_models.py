@@ -29,7 +29,9 @@ class Model:
       partial_keys: legacy top-level names of the partial rotary factor.
       theta_keys: legacy top-level names of ``rope_theta``.
       nope: which layers skip RoPE: ``"no_rope_layers"`` (a 0/1 list, 0 = NoPE),
-        ``"full_attention"`` (full-attention layers have no RoPE).
+        ``"sliding_only"`` (Cohere 2: RoPE only on sliding-window layers, none
+        without a ``sliding_window``), ``"sliding_or_no_window"`` (EXAONE 4: NoPE
+        on full-attention layers when a ``sliding_window`` is set).
       query_scaling: ``"llama4"`` (``attn_temperature_tuning`` on NoPE layers) or
         ``"llama_4_scaling_beta"`` (every layer, from the rope block).
       softmax_mscale: YaRN's ``mscale_all_dim`` also scales the softmax (DeepSeek).
@@ -95,15 +97,16 @@ MODELS: dict[str, Model] = {
     "glm_ocr_text": _mrope("contiguous", (8, 12, 12), "interleaved"),
     "codegen": Model(layout="interleaved", rotary_dim_key="rotary_dim"),
     "cohere": INTERLEAVED,
-    "cohere2": Model(layout="interleaved", nope="full_attention"),
-    "cohere2_moe": Model(layout="interleaved", nope="full_attention"),
+    "cohere2": Model(layout="interleaved", nope="sliding_only"),
+    "cohere2_moe": Model(layout="interleaved", nope="sliding_only"),
     "deepseek_v2": Model(
         layout="interleaved", head_dim="qk_rope_head_dim", softmax_mscale=True
     ),
     "deepseek_v3": MLA,
     "ernie4_5": INTERLEAVED,
     "ernie4_5_moe": INTERLEAVED,
-    "exaone4": Model(nope="full_attention"),
+    "exaone4": Model(nope="sliding_or_no_window"),
+    "exaone_moe": Model(nope="sliding_or_no_window"),
     "gemma3_text": Model(local_theta_key="rope_local_base_freq"),
     "gemma4_text": Model(global_head_dim=512),
     "glm": INTERLEAVED,
@@ -118,6 +121,10 @@ MODELS: dict[str, Model] = {
         layout="interleaved", nope="no_rope_layers", query_scaling="llama4"
     ),
     "smollm3": Model(nope="no_rope_layers"),
+    "ministral3": Model(
+        query_scaling="llama_4_scaling_beta",
+        block_keys=frozenset({"llama_4_scaling_beta", "max_position_embeddings"}),
+    ),
     "axk1": MLA,
     "youtu": MLA,
     "glm4_moe_lite": MLA,
@@ -143,7 +150,12 @@ COMMON_TYPES: frozenset[str] = frozenset(
         "falcon_h1",
         "flex_olmo",
         "gemma",
+        "apertus",
+        "apertus1p5_text",
+        "beam",
+        "cwm",
         "gemma2",
+        "higgs_audio_v2",
         "glm4_moe",
         "granite",
         "granite4_vision_text",

@@ -275,7 +275,7 @@ def _blocks(cfg: _Config) -> dict[str | None, dict | None]:
         )
     default = cfg.defaults.get("rope_parameters") or {}
     nested_default = bool(default) and all(
-        isinstance(v, Mapping) for v in default.values()
+        isinstance(v, Mapping) or v is None for v in default.values()
     )
     given = copy.deepcopy(dict(given)) if given else None
     theta = cfg.explicit("rope_theta")
@@ -294,13 +294,18 @@ def _blocks(cfg: _Config) -> dict[str | None, dict | None]:
             blocks[key] = block
         return blocks
     if not nested_default:
-        block = given if given is not None else {}
+        if given is None:  # the class's default block; top-level keys still win
+            given = {
+                k: v
+                for k, v in copy.deepcopy(default).items()
+                if k not in ("rope_theta", "partial_rotary_factor")
+            }
         if theta is not None:
-            block.setdefault("rope_theta", theta)
-        block.setdefault("rope_theta", default.get("rope_theta", 10000.0))
-        return {None: block}
+            given.setdefault("rope_theta", theta)
+        given.setdefault("rope_theta", default.get("rope_theta", 10000.0))
+        return {None: given}
     # A flat v4 block for a model whose class nests per layer type (Gemma 3).
-    blocks = copy.deepcopy({k: dict(v) for k, v in default.items()})
+    blocks = {k: (None if v is None else dict(v)) for k, v in default.items()}
     if cfg.model.local_theta_key is None:
         if given is not None:
             raise ValueError(
@@ -597,6 +602,12 @@ def _layer_rope(
 def _layer_types(cfg: _Config, count: int) -> tuple[str, ...] | None:
     values = cfg.config.get("layer_types")
     if values is None:
+        if cfg.defaults.get("layer_types_required"):
+            raise ValueError(
+                f"The {cfg.model_type!r} config needs `layer_types`: its class "
+                "derives them from the layer count in a way flax_posenc does not "
+                "repeat; give the list (config.to_dict() has it)."
+            )
         unit = cfg.defaults.get("layer_types_pattern")
         if unit is None:
             return None
@@ -614,6 +625,11 @@ def _layer_types(cfg: _Config, count: int) -> tuple[str, ...] | None:
 def _uses_rope(cfg: _Config, count: int, layer_types: tuple[str, ...] | None):
     if cfg.model.nope == "no_rope_layers":
         values = cfg.config.get("no_rope_layers")
+        if values is None and cfg.defaults.get("no_rope_layers_required"):
+            raise ValueError(
+                f"The {cfg.model_type!r} config needs `no_rope_layers` (its class "
+                "derives them from the layer count); give the list."
+            )
         if values is None:
             unit = cfg.defaults.get("no_rope_layers_pattern") or [1]
             values = [unit[i % len(unit)] for i in range(count)]
@@ -627,10 +643,14 @@ def _uses_rope(cfg: _Config, count: int, layer_types: tuple[str, ...] | None):
                 f"num_hidden_layers = {count}."
             )
         return flags
-    if cfg.model.nope == "full_attention":
+    if cfg.model.nope in ("sliding_only", "sliding_or_no_window"):
         if layer_types is None:
             raise ValueError(f"The {cfg.model_type!r} config needs layer_types.")
-        return tuple(t != "full_attention" for t in layer_types)
+        window = cfg.get("sliding_window")
+        sliding = tuple(t == "sliding_attention" for t in layer_types)
+        if cfg.model.nope == "sliding_only":  # Cohere 2: RoPE where a window applies
+            return tuple(s and window is not None for s in sliding)
+        return tuple(s or window is None for s in sliding)  # EXAONE 4
     return (True,) * count
 
 
