@@ -512,6 +512,7 @@ def test_permute_rejects_a_head_dim_that_does_not_divide():
 PUBLIC_MODULES = [
     "alibi",
     "attention",
+    "hf",
     "learned",
     "positions",
     "query_scaling",

@@ -6,6 +6,7 @@ Docstring examples themselves run as doctests (``--doctest-modules`` in pyprojec
 
 from __future__ import annotations
 
+import ast
 import inspect
 import pathlib
 import re
@@ -49,6 +50,25 @@ def public_names() -> list[tuple[str, object]]:
     return names
 
 
+def _alias_docstring(path: str) -> str | None:
+    """The docstring griffe shows for a module-level alias (``X = ...; \"\"\"doc\"\"\"``)."""
+    name = path.rpartition(".")[2]
+    for module in sys.modules.copy().values():
+        if not getattr(module, "__name__", "").startswith("flax_posenc."):
+            continue
+        if name not in vars(module) or not getattr(module, "__file__", None):
+            continue
+        tree = ast.parse(pathlib.Path(module.__file__).read_text())
+        for node, following in zip(tree.body, tree.body[1:]):
+            targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                if isinstance(following, ast.Expr) and isinstance(
+                    following.value, ast.Constant
+                ):
+                    return following.value.value
+    return None
+
+
 def api_entries() -> set[str]:
     entries = set()
     for page in (DOCS / "api").glob("*.md"):
@@ -69,6 +89,10 @@ def test_public_names_found():
     "path,obj", [pytest.param(path, obj, id=path) for path, obj in public_names()]
 )
 def test_documented(path, obj):
+    if not (inspect.isclass(obj) or inspect.isfunction(obj) or inspect.ismodule(obj)):
+        # A type alias: documented by the string right after its assignment.
+        assert _alias_docstring(path), f"{path} has no docstring after its assignment"
+        return
     doc = inspect.getdoc(obj)
     assert doc and doc.strip(), f"{path} has no docstring"
     if not inspect.isfunction(obj):
