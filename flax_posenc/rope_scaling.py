@@ -316,7 +316,7 @@ class YarnScaling:
         return _yarn_mscale(self.factor)
 
     def default_attention_factor(self) -> float:
-        """Deprecated name of :meth:`effective_attention_factor`."""
+        """Deprecated name of ``effective_attention_factor()``."""
         warnings.warn(
             "default_attention_factor() is deprecated; use "
             "effective_attention_factor().",
@@ -436,7 +436,7 @@ class LongRopeScaling:
         return math.sqrt(1 + ratio)
 
     def default_attention_factor(self) -> float:
-        """Deprecated name of :meth:`effective_attention_factor`."""
+        """Deprecated name of ``effective_attention_factor()``."""
         warnings.warn(
             "default_attention_factor() is deprecated; use "
             "effective_attention_factor().",

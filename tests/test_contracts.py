@@ -70,7 +70,9 @@ POSITION_MISTAKES = [
         r"L = x.shape\[-3\] \(5\)",
     ),
     (
-        lambda: pnnx.SinusoidalPositionalEncoding()(jnp.ones((2, 5, 8)), jnp.array([3])),
+        lambda: pnnx.SinusoidalPositionalEncoding()(
+            jnp.ones((2, 5, 8)), jnp.array([3])
+        ),
         r"L = 5.*got shape \(1,\)",
     ),
     # A decode step's [B, 1] positions used for a whole key cache of 5.
@@ -102,8 +104,9 @@ def test_flax_decode_attention_without_k_positions_raises():
     fn = fp.positional_attention_fn(
         rope=fp.RopeConfig(head_dim=8), q_positions=jnp.array([[0]])
     )
-    with fp.attention_fn_override(attention, fn), pytest.raises(
-        ValueError, match="k_positions"
+    with (
+        fp.attention_fn_override(attention, fn),
+        pytest.raises(ValueError, match="k_positions"),
     ):
         attention(jnp.ones((1, 1, 16)), decode=True)
 
@@ -257,7 +260,11 @@ BAD_VALUES = [
         TypeError,
         "`seq_len`",
     ),
-    (lambda: fp.rope_cos_sin(jnp.arange(3), DYNAMIC, seq_len=0), ValueError, "`seq_len`"),
+    (
+        lambda: fp.rope_cos_sin(jnp.arange(3), DYNAMIC, seq_len=0),
+        ValueError,
+        "`seq_len`",
+    ),
     (
         lambda: fp.rope_cos_sin(jnp.arange(3), DYNAMIC, seq_len=jnp.ones(4, int)),
         ValueError,
@@ -337,7 +344,9 @@ def test_replace_head_dim_keeps_full_rotary_full():
     smaller = dataclasses.replace(config, head_dim=32)
     assert smaller.rotary_dim == 32
     assert smaller == fp.RopeConfig(head_dim=32)
-    partial = dataclasses.replace(fp.RopeConfig(head_dim=64, rotary_dim=16), head_dim=32)
+    partial = dataclasses.replace(
+        fp.RopeConfig(head_dim=64, rotary_dim=16), head_dim=32
+    )
     assert partial.rotary_dim == 16
 
 
@@ -481,7 +490,9 @@ def test_permute_fused_kernel_matches_the_llama_converter(heads, head_dim):
         source="interleaved",
         target="half",
     )
-    np.testing.assert_array_equal(np.asarray(flax_kernel), converter_permute(w, heads).T)
+    np.testing.assert_array_equal(
+        np.asarray(flax_kernel), converter_permute(w, heads).T
+    )
     back = fp.rope_permute_layout(
         got,
         rotary_dim=head_dim,

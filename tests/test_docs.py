@@ -59,7 +59,7 @@ def _alias_docstring(path: str) -> str | None:
         if name not in vars(module) or not getattr(module, "__file__", None):
             continue
         tree = ast.parse(pathlib.Path(module.__file__).read_text())
-        for node, following in zip(tree.body, tree.body[1:]):
+        for node, following in zip(tree.body, tree.body[1:], strict=False):
             targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
             if any(isinstance(t, ast.Name) and t.id == name for t in targets):
                 if isinstance(following, ast.Expr) and isinstance(

@@ -19,8 +19,6 @@ import pytest
 import safetensors.numpy
 from flax import nnx
 
-import flax_posenc as fp
-
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "examples"))
 
 import port_hf

@@ -2,7 +2,7 @@
 
 It follows transformers' own reading (``convert_rope_params_to_dict`` and
 ``standardize_rope_params`` of 5.24, and each model type's modeling code through
-:mod:`._models`), and never guesses: an unknown model type, an unknown key of a rope
+``hf/_models.py``), and never guesses: an unknown model type, an unknown key of a rope
 block, a key the model ignores, a value of the wrong JSON type, or a behaviour that
 the chosen function cannot express raises ``ValueError``/``TypeError`` naming it.
 """
@@ -305,27 +305,31 @@ def _blocks(cfg: _Config) -> dict[str | None, dict | None]:
         given.setdefault("rope_theta", default.get("rope_theta", 10000.0))
         return {None: given}
     # A flat v4 block for a model whose class nests per layer type (Gemma 3).
-    blocks = {k: (None if v is None else dict(v)) for k, v in default.items()}
+    by_type: dict[str | None, dict | None] = {
+        k: (None if v is None else dict(v)) for k, v in default.items()
+    }
+    kinds = sorted(str(k) for k in by_type)
     if cfg.model.local_theta_key is None:
         if given is not None:
             raise ValueError(
                 f"model_type {cfg.model_type!r} has per-layer-type rope_parameters "
-                f"{sorted(blocks)}; give rope_parameters nested by layer type, got a "
-                f"flat block {given}."
+                f"{kinds}; give rope_parameters nested by layer type, got a flat "
+                f"block {given}."
             )
         if theta is not None:
             raise ValueError(
                 f"model_type {cfg.model_type!r} has per-layer-type rope_parameters "
-                f"{sorted(blocks)}; a top-level rope_theta ({theta}) is ambiguous: "
-                "give rope_parameters nested by layer type."
+                f"{kinds}; a top-level rope_theta ({theta}) is ambiguous: give "
+                "rope_parameters nested by layer type."
             )
-        return blocks
-    full = given if given is not None else dict(blocks["full_attention"])
+        return by_type
+    full_default = dict(default["full_attention"])
+    full = given if given is not None else dict(full_default)
     if theta is not None:
         full["rope_theta"] = full.get("rope_theta", theta)
-    full.setdefault("rope_theta", blocks["full_attention"]["rope_theta"])
+    full.setdefault("rope_theta", full_default["rope_theta"])
+    sliding = dict(default["sliding_attention"])
     local = cfg.config.get(cfg.model.local_theta_key)
-    sliding = dict(blocks["sliding_attention"])
     if local is not None:
         sliding["rope_theta"] = local
     return {"full_attention": full, "sliding_attention": sliding}
