@@ -51,7 +51,9 @@ def _apply(layer: fp.LayerRope, x: np.ndarray, case: dict, *, is_query: bool):
             )
         else:
             out = fp.apply_rope(rotated, position_ids, layer.rope)
-        if case["config_dict"].get("rope_interleave"):
+        if "interleaved->half" in (case.get("np_check") or "") or case[
+            "config_dict"
+        ].get("rope_interleave"):
             # transformers' apply_rotary_pos_emb_interleave returns the rotated
             # features de-interleaved (half order); scores are the same.
             out = fp.rope_permute_layout(

@@ -31,7 +31,8 @@ class Model:
       nope: which layers skip RoPE: ``"no_rope_layers"`` (a 0/1 list, 0 = NoPE),
         ``"sliding_only"`` (Cohere 2: RoPE only on sliding-window layers, none
         without a ``sliding_window``), ``"sliding_or_no_window"`` (EXAONE 4: NoPE
-        on full-attention layers when a ``sliding_window`` is set).
+        on full-attention layers when a ``sliding_window`` is set),
+        ``"position_embedding_type"`` (RoPE only when it is ``"rope"``).
       query_scaling: ``"llama4"`` (``attn_temperature_tuning`` on NoPE layers) or
         ``"llama_4_scaling_beta"`` (every layer, from the rope block).
       softmax_mscale: YaRN's ``mscale_all_dim`` also scales the softmax (DeepSeek).
@@ -121,6 +122,22 @@ MODELS: dict[str, Model] = {
         layout="interleaved", nope="no_rope_layers", query_scaling="llama4"
     ),
     "smollm3": Model(nope="no_rope_layers"),
+    "mistral4": Model(
+        head_dim="qk_rope_head_dim",
+        interleave_key=True,
+        softmax_mscale=True,
+        query_scaling="llama_4_scaling_beta",
+        block_keys=frozenset({"llama_4_scaling_beta", "max_position_embeddings"}),
+    ),
+    "longcat_flash": Model(
+        layout="interleaved", head_dim="qk_rope_head_dim", softmax_mscale=True
+    ),
+    "bailing_hybrid": Model(
+        layout="interleaved", head_dim="qk_rope_head_dim", softmax_mscale=True
+    ),
+    "embedding_gemma2_text": Model(global_head_dim=512),
+    "gemma4_unified_text": Model(global_head_dim=512),
+    "granitemoehybrid": Model(nope="position_embedding_type"),
     "ministral3": Model(
         query_scaling="llama_4_scaling_beta",
         block_keys=frozenset({"llama_4_scaling_beta", "max_position_embeddings"}),
@@ -155,6 +172,7 @@ COMMON_TYPES: frozenset[str] = frozenset(
         "beam",
         "cwm",
         "gemma2",
+        "gpt_oss",
         "higgs_audio_v2",
         "glm4_moe",
         "granite",

@@ -547,6 +547,9 @@ def _layer_rope(
         )
     elif rope_type == "proportional":
         rotary = head_dim  # unrotated pairs get inv_freq 0 (Gemma 4)
+    elif cfg.model.head_dim == "qk_rope_head_dim":
+        rotary = head_dim  # MLA rotates all of its rope slice (Mistral 4's partial
+        # factor applies to the full head: int(128 * 0.5) == qk_rope_head_dim)
     else:
         rotary = int(head_dim * _partial(cfg, block, where))
     scaling = _scaling(cfg, block, rope_type, where)
@@ -647,6 +650,14 @@ def _uses_rope(cfg: _Config, count: int, layer_types: tuple[str, ...] | None):
                 f"num_hidden_layers = {count}."
             )
         return flags
+    if cfg.model.nope == "position_embedding_type":  # Granite hybrids opt in
+        value = cfg.get("position_embedding_type")
+        if value not in (None, "rope"):
+            raise ValueError(
+                f"{cfg.where('position_embedding_type')} must be 'rope' or null, got "
+                f"{value!r}."
+            )
+        return (value == "rope",) * count
     if cfg.model.nope in ("sliding_only", "sliding_or_no_window"):
         if layer_types is None:
             raise ValueError(f"The {cfg.model_type!r} config needs layer_types.")
@@ -694,7 +705,10 @@ def read_hf_rope(config: Mapping[str, Any]) -> HFRope:
       ('interleaved', 8192.0)
     """
     cfg = _Config(_text_config(config))
-    count = _length(cfg.where("num_hidden_layers"), cfg.get("num_hidden_layers"))
+    count = cfg.get("num_hidden_layers")
+    for alias in ("num_layers", "n_layer"):
+        count = cfg.config.get(alias) if count is None else count
+    count = _length(cfg.where("num_hidden_layers"), count)
     layer_types = _layer_types(cfg, count)
     blocks = _blocks(cfg)
     per_type = {key: _layer_rope(cfg, block, key) for key, block in blocks.items()}
