@@ -1,16 +1,20 @@
 """``flax.linen`` modules: thin wrappers over the functions of :mod:`flax_posenc`.
 
 The same names, arguments and outputs as :mod:`flax_posenc.nnx`.
+
+``dtype=None`` infers the output dtype from the module's inputs and parameters, as
+Flax does: the embeddings' for absolute encodings, the table's for T5 biases,
+float32 for ALiBi, which has neither.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from flax.typing import Dtype
 
 from flax_posenc._embed import add_learned, add_sinusoidal, check_features
 from flax_posenc._validation import check_positive_int
@@ -18,10 +22,20 @@ from flax_posenc.alibi import alibi_bias
 from flax_posenc.learned import OutOfRange
 from flax_posenc.relative import _check_bucket_sizes, relative_position_bias
 from flax_posenc.rope import RopeConfig, apply_rope_qk
+from flax_posenc.rope_scaling import SeqLen
 from flax_posenc.sinusoidal import SinusoidalLayout, SinusoidalSpacing
 
 default_embedding_init = nn.initializers.normal(stddev=0.02)
 default_relative_bias_init = nn.initializers.normal(stddev=0.02)
+
+
+__all__ = [
+    "ALiBi",
+    "LearnedPositionalEmbedding",
+    "RelativePositionBias",
+    "RotaryEmbedding",
+    "SinusoidalPositionalEncoding",
+]
 
 
 class SinusoidalPositionalEncoding(nn.Module):
@@ -34,7 +48,7 @@ class SinusoidalPositionalEncoding(nn.Module):
       base: as in :func:`flax_posenc.sinusoidal_encoding`.
       layout: ``"interleaved"`` or ``"half"``.
       spacing: ``"paper"`` or ``"tensor2tensor"``.
-      dtype: output dtype; None keeps the embeddings' dtype.
+      dtype: output dtype; None infers it (the embeddings').
 
     Examples:
       >>> from flax_posenc import linen as plinen
@@ -48,7 +62,7 @@ class SinusoidalPositionalEncoding(nn.Module):
     base: float = 10000.0
     layout: SinusoidalLayout = "interleaved"
     spacing: SinusoidalSpacing = "paper"
-    dtype: Any = None
+    dtype: Dtype | None = None
 
     def __call__(
         self, embeddings: jax.Array, positions: jax.Array | None = None
@@ -74,7 +88,7 @@ class LearnedPositionalEmbedding(nn.Module):
     Attributes:
       max_len: number of rows (positions 0..max_len-1).
       features: ``D``; must equal the embeddings' last dimension.
-      dtype: output dtype; None keeps the embeddings' dtype.
+      dtype: output dtype; None infers it (the embeddings').
       param_dtype: dtype of the table.
       embedding_init: initializer of the table.
       out_of_range: ``"nan"``, ``"checkify"`` or ``"clip"``.
@@ -92,8 +106,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
     max_len: int
     features: int
-    dtype: Any = None
-    param_dtype: Any = jnp.float32
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
     embedding_init: Callable[..., jax.Array] = default_embedding_init
     out_of_range: OutOfRange = "nan"
 
@@ -141,7 +155,7 @@ class RotaryEmbedding(nn.Module):
         k: jax.Array,
         positions: jax.Array,
         k_positions: jax.Array | None = None,
-        seq_len: Any = None,
+        seq_len: SeqLen = None,
     ) -> tuple[jax.Array, jax.Array]:
         return apply_rope_qk(
             q, k, positions, self.config, k_positions=k_positions, seq_len=seq_len
@@ -158,7 +172,7 @@ class ALiBi(nn.Module):
 
     Attributes:
       num_heads: ``N``.
-      dtype: output dtype; None gives float32.
+      dtype: output dtype; None infers it (float32: no input or parameters).
 
     Examples:
       >>> from flax_posenc import linen as plinen
@@ -167,7 +181,7 @@ class ALiBi(nn.Module):
     """
 
     num_heads: int
-    dtype: Any = None
+    dtype: Dtype | None = None
 
     def __call__(
         self, q_positions: jax.Array, k_positions: jax.Array | None = None
@@ -191,7 +205,7 @@ class RelativePositionBias(nn.Module):
       num_buckets: as in :func:`flax_posenc.relative_position_bucket`.
       max_distance: as in :func:`flax_posenc.relative_position_bucket`.
       bidirectional: as in :func:`flax_posenc.relative_position_bucket`.
-      dtype: output dtype; None keeps ``param_dtype``.
+      dtype: output dtype; None infers it (the table's, ``param_dtype``).
       param_dtype: dtype of the table.
       embedding_init: initializer of the table.
 
@@ -210,8 +224,8 @@ class RelativePositionBias(nn.Module):
     num_buckets: int = 32
     max_distance: int = 128
     bidirectional: bool = True
-    dtype: Any = None
-    param_dtype: Any = jnp.float32
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
     embedding_init: Callable[..., jax.Array] = default_relative_bias_init
 
     @nn.compact

@@ -2,16 +2,20 @@
 
 The same names, arguments and outputs as :mod:`flax_posenc.linen`; hyper-parameters
 are keyword-only and ``rngs`` is needed only by modules with parameters.
+
+``dtype=None`` infers the output dtype from the module's inputs and parameters, as
+Flax does: the embeddings' for absolute encodings, the table's for T5 biases,
+float32 for ALiBi, which has neither.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from flax.typing import Dtype
 
 from flax_posenc._embed import add_learned, add_sinusoidal
 from flax_posenc._validation import check_positive_int
@@ -19,10 +23,20 @@ from flax_posenc.alibi import alibi_bias
 from flax_posenc.learned import OutOfRange
 from flax_posenc.relative import _check_bucket_sizes, relative_position_bias
 from flax_posenc.rope import RopeConfig, apply_rope_qk
+from flax_posenc.rope_scaling import SeqLen
 from flax_posenc.sinusoidal import SinusoidalLayout, SinusoidalSpacing
 
 default_embedding_init = nnx.initializers.normal(stddev=0.02)
 default_relative_bias_init = nnx.initializers.normal(stddev=0.02)
+
+
+__all__ = [
+    "ALiBi",
+    "LearnedPositionalEmbedding",
+    "RelativePositionBias",
+    "RotaryEmbedding",
+    "SinusoidalPositionalEncoding",
+]
 
 
 class SinusoidalPositionalEncoding(nnx.Module):
@@ -46,7 +60,7 @@ class SinusoidalPositionalEncoding(nnx.Module):
         base: float = 10000.0,
         layout: SinusoidalLayout = "interleaved",
         spacing: SinusoidalSpacing = "paper",
-        dtype: Any = None,
+        dtype: Dtype | None = None,
     ):
         self.base = base
         self.layout = layout
@@ -87,8 +101,8 @@ class LearnedPositionalEmbedding(nnx.Module):
         max_len: int,
         features: int,
         *,
-        dtype: Any = None,
-        param_dtype: Any = jnp.float32,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
         embedding_init: Callable[..., jax.Array] = default_embedding_init,
         out_of_range: OutOfRange = "nan",
         rngs: nnx.Rngs,
@@ -128,7 +142,7 @@ class RotaryEmbedding(nnx.Module):
         k: jax.Array,
         positions: jax.Array,
         k_positions: jax.Array | None = None,
-        seq_len: Any = None,
+        seq_len: SeqLen = None,
     ) -> tuple[jax.Array, jax.Array]:
         return apply_rope_qk(
             q, k, positions, self.config, k_positions=k_positions, seq_len=seq_len
@@ -146,7 +160,7 @@ class ALiBi(nnx.Module):
       (8, 1, 5)
     """
 
-    def __init__(self, num_heads: int, *, dtype: Any = None):
+    def __init__(self, num_heads: int, *, dtype: Dtype | None = None):
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.dtype = dtype
 
@@ -179,8 +193,8 @@ class RelativePositionBias(nnx.Module):
         num_buckets: int = 32,
         max_distance: int = 128,
         bidirectional: bool = True,
-        dtype: Any = None,
-        param_dtype: Any = jnp.float32,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
         embedding_init: Callable[..., jax.Array] = default_relative_bias_init,
         rngs: nnx.Rngs,
     ):

@@ -18,6 +18,17 @@ import jax
 import numpy as np
 from jax.core import Tracer
 
+__all__ = [
+    "DEFAULT_OFFSETS",
+    "EncodingFn",
+    "RotateFn",
+    "assert_encoding_shape",
+    "assert_module_shapes",
+    "assert_relative_offset_linearity",
+    "assert_shift_invariance",
+]
+
+
 EncodingFn = Callable[[jax.Array], jax.Array]
 RotateFn = Callable[[jax.Array, jax.Array], jax.Array]
 

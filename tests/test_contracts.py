@@ -558,3 +558,142 @@ def test_every_public_module_defines_all(name):
 )
 def test_type_aliases_of_public_signatures_are_exported(alias):
     assert alias in fp.__all__
+
+
+# --------------------------------------------------------------------------------------
+# Mutation survivors: YaRN's ramp at its ends, config precedence, unset betas.
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "original,truncate,branch",
+    [
+        (1, True, "both ends clipped to 0: zero width, widened by 0.001"),
+        (10**9, True, "the ramp reaches past the last pair: clipped to R - 1"),
+        (10**9, False, "untruncated, past the last pair"),
+        (4096, True, "inside the dimensions"),
+        (64, False, "fractional ends"),
+    ],
+)
+def test_yarn_ramp_ends_match_the_float64_formula(original, truncate, branch):
+    import rope_reference as ref
+
+    scaling = fp.YarnScaling(
+        factor=8.0, original_max_position_embeddings=original, truncate=truncate
+    )
+    config = fp.RopeConfig(head_dim=64, theta=10000.0, scaling=scaling)
+    want, attention = ref.yarn(10000.0, 64, scaling)
+    inv_freq, got_attention = fp.rope_frequencies(config)
+    np.testing.assert_allclose(np.asarray(inv_freq), want, rtol=2**-23, err_msg=branch)
+    assert got_attention == attention
+
+
+def test_phi3_top_level_original_length_wins_and_llama_refuses_it():
+    """transformers' standardize_rope_params: a class with its own
+    ``original_max_position_embeddings`` attribute (Phi3Config) overrides the
+    block's; other classes ignore a top-level value (LlamaConfig keeps the block's,
+    checked in transformers 5.24), which the reader refuses rather than drop."""
+    longrope = {
+        "type": "longrope",
+        "short_factor": [1.0] * 4,
+        "long_factor": [2.0] * 4,
+        "original_max_position_embeddings": 4096,
+    }
+    phi3 = {
+        "model_type": "phi3",
+        "hidden_size": 16,
+        "num_attention_heads": 2,
+        "num_hidden_layers": 1,
+        "max_position_embeddings": 8192,
+        "original_max_position_embeddings": 2048,
+        "rope_scaling": longrope,
+    }
+    scaling = fp.rope_config_from_hf(phi3).scaling
+    assert scaling.original_max_position_embeddings == 2048
+    llama = {
+        **phi3,
+        "model_type": "llama",
+        "rope_scaling": {**YARN, "type": "yarn"},
+    }
+    with pytest.raises(ValueError, match="transformers ignores a top-level"):
+        fp.rope_config_from_hf(llama)
+
+
+@pytest.mark.parametrize("unset", [None, 0])
+def test_yarn_betas_null_or_zero_read_as_unset(unset):
+    """transformers reads ``beta_fast or 32`` and ``beta_slow or 1``."""
+    config = {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "num_hidden_layers": 1,
+        "max_position_embeddings": 16384,
+        "rope_scaling": {
+            **YARN,
+            "type": "yarn",
+            "beta_fast": unset,
+            "beta_slow": unset,
+        },
+    }
+    scaling = fp.rope_config_from_hf(config).scaling
+    assert (scaling.beta_fast, scaling.beta_slow) == (32.0, 1.0)
+
+
+JSON_MISTAKES = [
+    (
+        {"rope_scaling": {**YARN, "type": "yarn", "truncate": "false"}},
+        TypeError,
+        "truncate",
+    ),
+    ({"rope_theta": "10000"}, TypeError, "rope_theta"),
+    (
+        {"rope_scaling": {"type": "yarn", "original_max_position_embeddings": 4096}},
+        ValueError,
+        r"needs keys \['factor'\]",
+    ),
+    (
+        {
+            "rope_scaling": {
+                **YARN,
+                "type": "yarn",
+                "original_max_position_embeddings": 4096.7,
+            }
+        },
+        TypeError,
+        "original_max_position_embeddings",
+    ),
+    ({"rope_scaling": {"type": "linear", "factor": True}}, TypeError, "factor"),
+    ({"rope_interleave": "false"}, ValueError, "ignores rope_interleave"),
+    (
+        {"rope_scaling": {"type": "linear", "factor": 2.0, "mrope_section": [2, 3, 3]}},
+        ValueError,
+        r"Unknown keys \['mrope_section'\]",
+    ),
+    ({"num_hidden_layers": 2.5}, TypeError, "num_hidden_layers"),
+]
+
+
+@pytest.mark.parametrize("change,error,match", JSON_MISTAKES)
+def test_json_values_of_the_wrong_type_raise(change, error, match):
+    config = {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "num_hidden_layers": 1,
+        "max_position_embeddings": 16384,
+        **change,
+    }
+    with pytest.raises(error, match=match):
+        fp.read_hf_rope(config)
+
+
+def test_deepseek_rope_interleave_must_be_a_json_bool():
+    config = {
+        "model_type": "deepseek_v3",
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "num_hidden_layers": 1,
+        "rope_interleave": "false",
+    }
+    with pytest.raises(TypeError, match="rope_interleave.*must be true or false"):
+        fp.read_hf_rope(config)
