@@ -695,5 +695,5 @@ def test_deepseek_rope_interleave_must_be_a_json_bool():
         "num_hidden_layers": 1,
         "rope_interleave": "false",
     }
-    with pytest.raises(TypeError, match="rope_interleave.*must be true or false"):
+    with pytest.raises(TypeError, match=r"rope_interleave.*must be true or false"):
         fp.read_hf_rope(config)
