@@ -126,12 +126,20 @@ def _rotary_dim_above_two(scaling: object, rotary_dim: int) -> None:
         )
 
 
+class _FitsAnyRotary:
+    """``validate`` of the families that fit any ``theta`` and ``rotary_dim``."""
+
+    def validate(self, theta: float, rotary_dim: int) -> None:
+        """Any ``theta`` and ``rotary_dim`` fit."""
+        del theta, rotary_dim
+
+
 def _ntk_theta(theta: float, factor: float, rotary_dim: int) -> float:
     return theta * factor ** (rotary_dim / (rotary_dim - 2))
 
 
 @dataclasses.dataclass(frozen=True)
-class LinearScaling:
+class LinearScaling(_FitsAnyRotary):
     """Position interpolation: ``inv_freq = inv_freq_default / factor``.
 
     Attributes:
@@ -143,10 +151,6 @@ class LinearScaling:
 
     def __post_init__(self):
         _positive(self, "factor")
-
-    def validate(self, theta: float, rotary_dim: int) -> None:
-        """Any ``theta`` and ``rotary_dim`` fit."""
-        del theta, rotary_dim
 
     def frequencies(
         self, theta: float, rotary_dim: int, seq_len: SeqLen = None
@@ -483,7 +487,7 @@ class LongRopeScaling:
 
 
 @dataclasses.dataclass(frozen=True)
-class Llama3Scaling:
+class Llama3Scaling(_FitsAnyRotary):
     """Llama 3.1: wavelengths ``w = 2 pi / inv_freq`` longer than ``orig /
     low_freq_factor`` are divided by ``factor``, shorter than ``orig /
     high_freq_factor`` kept, and those between blended with
@@ -514,10 +518,6 @@ class Llama3Scaling:
                 f"{self.high_freq_factor} < {self.low_freq_factor}."
             )
 
-    def validate(self, theta: float, rotary_dim: int) -> None:
-        """Any ``theta`` and ``rotary_dim`` fit."""
-        del theta, rotary_dim
-
     def frequencies(
         self, theta: float, rotary_dim: int, seq_len: SeqLen = None
     ) -> RopeFrequencies:
@@ -541,7 +541,7 @@ class Llama3Scaling:
 
 
 @dataclasses.dataclass(frozen=True)
-class ProportionalScaling:
+class ProportionalScaling(_FitsAnyRotary):
     """Gemma 4's proportional RoPE: frequencies use the exponent ``2i / R`` of the
     full rotation but only the first ``int(partial_rotary_factor * R // 2)`` are
     non-zero (the rest do not rotate); all are divided by ``factor``.
@@ -563,10 +563,6 @@ class ProportionalScaling:
                 "`ProportionalScaling.partial_rotary_factor` must be in (0, 1], got "
                 f"{self.partial_rotary_factor}."
             )
-
-    def validate(self, theta: float, rotary_dim: int) -> None:
-        """Any ``theta`` and ``rotary_dim`` fit."""
-        del theta, rotary_dim
 
     def frequencies(
         self, theta: float, rotary_dim: int, seq_len: SeqLen = None

@@ -619,15 +619,20 @@ def test_phi3_top_level_original_length_wins_and_llama_refuses_it():
         fp.rope_config_from_hf(llama)
 
 
+LLAMA_JSON = {
+    "model_type": "llama",
+    "hidden_size": 64,
+    "num_attention_heads": 2,
+    "num_hidden_layers": 1,
+    "max_position_embeddings": 16384,
+}
+
+
 @pytest.mark.parametrize("unset", [None, 0])
 def test_yarn_betas_null_or_zero_read_as_unset(unset):
     """transformers reads ``beta_fast or 32`` and ``beta_slow or 1``."""
     config = {
-        "model_type": "llama",
-        "hidden_size": 64,
-        "num_attention_heads": 2,
-        "num_hidden_layers": 1,
-        "max_position_embeddings": 16384,
+        **LLAMA_JSON,
         "rope_scaling": {
             **YARN,
             "type": "yarn",
@@ -676,11 +681,7 @@ JSON_MISTAKES = [
 @pytest.mark.parametrize("change,error,match", JSON_MISTAKES)
 def test_json_values_of_the_wrong_type_raise(change, error, match):
     config = {
-        "model_type": "llama",
-        "hidden_size": 64,
-        "num_attention_heads": 2,
-        "num_hidden_layers": 1,
-        "max_position_embeddings": 16384,
+        **LLAMA_JSON,
         **change,
     }
     with pytest.raises(error, match=match):
