@@ -31,6 +31,7 @@ from flax import nnx
 
 from flax_posenc._validation import check_integer_array
 from flax_posenc.rope import RopeConfig, apply_rope_qk
+from flax_posenc.rope_scaling import SeqLen
 
 __all__ = [
     "attention_fn_override",
@@ -44,8 +45,8 @@ def positional_attention_fn(
     q_positions: jax.Array | None = None,
     k_positions: jax.Array | None = None,
     bias: jax.Array | None = None,
-    seq_len: Any = None,
-    k_seq_len: Any = None,
+    seq_len: SeqLen = None,
+    k_seq_len: SeqLen = None,
     attention_fn: Callable[..., jax.Array] = nnx.dot_product_attention,
 ) -> Callable[..., jax.Array]:
     """An ``attention_fn`` that applies RoPE and/or an additive position bias.

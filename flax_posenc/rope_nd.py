@@ -46,6 +46,7 @@ from flax_posenc._validation import (
     obeys_positions_rule,
 )
 from flax_posenc.rope import RopeConfig, RopeTables, rope_cos_sin, rope_rotate
+from flax_posenc.rope_scaling import SeqLen
 
 __all__ = [
     "apply_axial_rope",
@@ -56,7 +57,7 @@ __all__ = [
 
 
 def axial_rope_cos_sin(
-    positions: jax.Array, config: RopeConfig, *, seq_len: Any = None
+    positions: jax.Array, config: RopeConfig, *, seq_len: SeqLen = None
 ) -> RopeTables:
     """Axial RoPE tables: each of ``A`` axes rotates its own block of pairs.
 
@@ -100,7 +101,7 @@ def axial_rope_cos_sin(
 
 
 def apply_axial_rope(
-    x: jax.Array, positions: jax.Array, config: RopeConfig, *, seq_len: Any = None
+    x: jax.Array, positions: jax.Array, config: RopeConfig, *, seq_len: SeqLen = None
 ) -> jax.Array:
     """Applies axial RoPE (e.g. 2-D for ViT patches) to q or k.
 
@@ -203,7 +204,7 @@ def mrope_cos_sin(
     *,
     mrope_section: Sequence[int],
     mrope_interleaved: bool = False,
-    seq_len: Any = None,
+    seq_len: SeqLen = None,
 ) -> RopeTables:
     """M-RoPE tables: each pair's angle taken at one of the ``A`` position rows.
 
@@ -257,7 +258,7 @@ def apply_mrope(
     *,
     mrope_section: Sequence[int],
     mrope_interleaved: bool = False,
-    seq_len: Any = None,
+    seq_len: SeqLen = None,
 ) -> jax.Array:
     """Applies multimodal RoPE (M-RoPE: Qwen2-VL, Qwen2.5-VL, Qwen3-VL) to q or k.
 

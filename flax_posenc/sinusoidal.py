@@ -25,11 +25,12 @@ frequencies. ``tests/test_sinusoidal.py`` pins this bound.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Literal
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import DTypeLike
 
 from flax_posenc._angles import position_angles
 from flax_posenc._validation import (
@@ -114,7 +115,7 @@ def sinusoidal_encoding(
     base: float = 10000.0,
     layout: SinusoidalLayout = "interleaved",
     spacing: SinusoidalSpacing = "paper",
-    dtype: Any = jnp.float32,
+    dtype: DTypeLike = jnp.float32,
 ) -> jax.Array:
     """Sinusoidal encoding of integer positions.
 
@@ -171,7 +172,7 @@ def sinusoidal_table(
     base: float = 10000.0,
     layout: SinusoidalLayout = "interleaved",
     spacing: SinusoidalSpacing = "paper",
-    dtype: Any = jnp.float32,
+    dtype: DTypeLike = jnp.float32,
 ) -> jax.Array:
     """The table ``[max_len, D]`` of :func:`sinusoidal_encoding` for positions 0..max_len-1.
 

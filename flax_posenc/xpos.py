@@ -28,8 +28,6 @@ beyond about 4500; centre long sequences.
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -45,6 +43,7 @@ from flax_posenc._validation import (
     check_positive_float,
 )
 from flax_posenc.rope import RopeConfig, RopeTables, rope_cos_sin, rope_rotate
+from flax_posenc.rope_scaling import SeqLen
 
 __all__ = [
     "apply_xpos",
@@ -59,8 +58,8 @@ def xpos_cos_sin(
     is_key: bool,
     scale_base: float = 512.0,
     gamma: float = 0.4,
-    center: Any = 0,
-    seq_len: Any = None,
+    center: int | jax.Array = 0,
+    seq_len: SeqLen = None,
 ) -> RopeTables:
     """RoPE tables with the xPos scale folded in: ``(cos * s, sin * s)``.
 
@@ -110,8 +109,8 @@ def apply_xpos(
     is_key: bool,
     scale_base: float = 512.0,
     gamma: float = 0.4,
-    center: Any = 0,
-    seq_len: Any = None,
+    center: int | jax.Array = 0,
+    seq_len: SeqLen = None,
 ) -> jax.Array:
     """Applies xPos to q (``is_key=False``) or k (``is_key=True``).
 
