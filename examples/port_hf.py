@@ -234,6 +234,7 @@ def load_hf_weights(model: Decoder, tensors: dict[str, np.ndarray]) -> None:
     is ``[in, out]``: weights are transposed. Raises on a missing, left-over or
     misshapen tensor, and if a parameter is left unset."""
     tensors = unfuse(tensors, model.config)
+    assigned = []
 
     def assign(variable: nnx.Variable, name: str, transpose: bool = False) -> None:
         if name not in tensors:
@@ -244,7 +245,8 @@ def load_hf_weights(model: Decoder, tensors: dict[str, np.ndarray]) -> None:
             raise ValueError(
                 f"{name}: expected shape {variable.shape}, got {value.shape}."
             )
-        variable.set_value(jnp.asarray(value))
+        variable[...] = jnp.asarray(value, variable[...].dtype)
+        assigned.append(name)
 
     def linear(module: nnx.Linear, name: str) -> None:
         assign(module.kernel, f"{name}.weight", transpose=True)
@@ -269,13 +271,12 @@ def load_hf_weights(model: Decoder, tensors: dict[str, np.ndarray]) -> None:
     tensors.pop("lm_head.weight", None)  # a tied head saved anyway
     if tensors:
         raise ValueError(f"Tensors the port does not use: {sorted(tensors)}.")
-    unset = [
-        jax.tree_util.keystr(path)
-        for path, leaf in jax.tree_util.tree_leaves_with_path(nnx.state(model))
-        if isinstance(leaf, jax.ShapeDtypeStruct)
-    ]
-    if unset:
-        raise ValueError(f"Parameters the checkpoint did not set: {unset}.")
+    parameters = len(jax.tree_util.tree_leaves(nnx.state(model, nnx.Param)))
+    if len(assigned) != parameters:
+        raise ValueError(
+            f"The checkpoint set {len(assigned)} of the model's {parameters} "
+            "parameters."
+        )
 
 
 def read_config(directory: pathlib.Path) -> Config:
@@ -287,8 +288,7 @@ def load_checkpoint(directory: pathlib.Path, config: Config | None = None) -> De
     """The :class:`Decoder` of a ``save_pretrained`` directory (``config.json`` and
     ``model.safetensors``). ``config`` overrides the one read from the directory."""
     config = read_config(directory) if config is None else config
-    # Abstract parameters (shapes only): nothing is initialised just to be replaced.
-    model = nnx.eval_shape(lambda: Decoder(config, rngs=nnx.Rngs(0)))
+    model = Decoder(config, rngs=nnx.Rngs(0))  # every parameter is then overwritten
     load_hf_weights(model, safetensors.numpy.load_file(directory / "model.safetensors"))
     return model
 
