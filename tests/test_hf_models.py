@@ -33,6 +33,10 @@ EXCLUDED = sorted(
 )
 
 
+# Model types whose attention RMS-normalises q and k right after RoPE.
+POST_ROPE_NORM = ("hunyuan_v1_dense", "hunyuan_v1_moe", "llama4_text")
+
+
 def _apply(layer: fp.LayerRope, x: np.ndarray, case: dict, *, is_query: bool):
     """What the library does to ``x [B, L, N, H]`` for one layer of the model."""
     x = jnp.asarray(x, jnp.float32)
@@ -64,12 +68,12 @@ def _apply(layer: fp.LayerRope, x: np.ndarray, case: dict, *, is_query: bool):
             )
         rest = x[..., : x.shape[-1] - head_dim] if last else x[..., head_dim:]
         x = jnp.concatenate([rest, out] if last else [out, rest], -1)
-        if (
-            case["config_dict"].get("use_qk_norm")
-            and case["model_type"] == "llama4_text"
+        if case["model_type"] in POST_ROPE_NORM and (
+            case["model_type"] != "llama4_text"
+            or case["config_dict"].get("use_qk_norm")
         ):
-            # Llama 4 L2-normalises q and k after RoPE (not positional, but on the way
-            # to the scores the fixture records).
+            # q and k RMS-normalised after RoPE (weights at their initial 1): not
+            # positional, but on the way to the scores the fixture records.
             eps = case["config_dict"]["rms_norm_eps"]
             x = x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + eps)
     if is_query and layer.query_scaling is not None:

@@ -29,6 +29,7 @@ class Model:
       partial_keys: legacy top-level names of the partial rotary factor.
       theta_keys: legacy top-level names of ``rope_theta``.
       nope: which layers skip RoPE: ``"no_rope_layers"`` (a 0/1 list, 0 = NoPE),
+        ``"sliding_attention"`` (AFMoE: RoPE on sliding-window layers only),
         ``"sliding_only"`` (Cohere 2: RoPE only on sliding-window layers, none
         without a ``sliding_window``), ``"sliding_or_no_window"`` (EXAONE 4: NoPE
         on full-attention layers when a ``sliding_window`` is set),
@@ -79,6 +80,14 @@ def _mrope(kind: str, section: tuple[int, ...], layout: str = "half") -> Model:
         layout=layout, mrope=kind, mrope_section=section, block_keys=_MROPE_KEYS
     )
 
+
+# Hunyuan: ``alpha`` in a dynamic block is static NTK; q/k are normalised after RoPE.
+_HUNYUAN = Model(
+    alpha=True,
+    block_keys=frozenset(
+        {"alpha", "beta_fast", "beta_slow", "mscale", "mscale_all_dim"}
+    ),
+)
 
 MODELS: dict[str, Model] = {
     "qwen2_vl_text": _mrope("contiguous", (16, 24, 24)),
@@ -138,6 +147,9 @@ MODELS: dict[str, Model] = {
     "embedding_gemma2_text": Model(global_head_dim=512),
     "gemma4_unified_text": Model(global_head_dim=512),
     "granitemoehybrid": Model(nope="position_embedding_type"),
+    "afmoe": Model(nope="sliding_attention"),
+    "hunyuan_v1_dense": _HUNYUAN,
+    "hunyuan_v1_moe": _HUNYUAN,
     "ministral3": Model(
         query_scaling="llama_4_scaling_beta",
         block_keys=frozenset({"llama_4_scaling_beta", "max_position_embeddings"}),

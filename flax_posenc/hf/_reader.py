@@ -658,11 +658,13 @@ def _uses_rope(cfg: _Config, count: int, layer_types: tuple[str, ...] | None):
                 f"{value!r}."
             )
         return (value == "rope",) * count
-    if cfg.model.nope in ("sliding_only", "sliding_or_no_window"):
+    if cfg.model.nope in ("sliding_attention", "sliding_only", "sliding_or_no_window"):
         if layer_types is None:
             raise ValueError(f"The {cfg.model_type!r} config needs layer_types.")
         window = cfg.get("sliding_window")
         sliding = tuple(t == "sliding_attention" for t in layer_types)
+        if cfg.model.nope == "sliding_attention":  # AFMoE: RoPE on local layers
+            return sliding
         if cfg.model.nope == "sliding_only":  # Cohere 2: RoPE where a window applies
             return tuple(s and window is not None for s in sliding)
         return tuple(s or window is None for s in sliding)  # EXAONE 4
