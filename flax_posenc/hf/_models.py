@@ -71,6 +71,9 @@ class Model:
 COMMON = Model()
 INTERLEAVED = Model(layout="interleaved")
 MLA = Model(head_dim="qk_rope_head_dim", interleave_key=True, softmax_mscale=True)
+_MLA_INTERLEAVED = Model(
+    layout="interleaved", head_dim="qk_rope_head_dim", softmax_mscale=True
+)
 
 _MROPE_KEYS = frozenset({"mrope_section", "mrope_interleaved"})
 
@@ -138,16 +141,16 @@ MODELS: dict[str, Model] = {
         query_scaling="llama_4_scaling_beta",
         block_keys=frozenset({"llama_4_scaling_beta", "max_position_embeddings"}),
     ),
-    "longcat_flash": Model(
-        layout="interleaved", head_dim="qk_rope_head_dim", softmax_mscale=True
-    ),
-    "bailing_hybrid": Model(
-        layout="interleaved", head_dim="qk_rope_head_dim", softmax_mscale=True
-    ),
+    "longcat_flash": _MLA_INTERLEAVED,
+    "bailing_hybrid": _MLA_INTERLEAVED,
     "embedding_gemma2_text": Model(global_head_dim=512),
     "gemma4_unified_text": Model(global_head_dim=512),
     "granitemoehybrid": Model(nope="position_embedding_type"),
     "afmoe": Model(nope="sliding_attention"),
+    "axk2": _MLA_INTERLEAVED,
+    "deepseek_v32": _MLA_INTERLEAVED,
+    "glm_moe_dsa": _MLA_INTERLEAVED,
+    "hy_v4": Model(head_dim="qk_rope_head_dim", softmax_mscale=True),
     "hunyuan_v1_dense": _HUNYUAN,
     "hunyuan_v1_moe": _HUNYUAN,
     "ministral3": Model(
@@ -184,6 +187,13 @@ COMMON_TYPES: frozenset[str] = frozenset(
         "beam",
         "cwm",
         "gemma2",
+        "t5gemma2_decoder",
+        "t5gemma2_text",
+        "qwen3_omni_moe_talker_code_predictor",
+        "lfm2_moe",
+        "dots1",
+        "dbrx",
+        "chameleon",
         "gpt_oss",
         "higgs_audio_v2",
         "glm4_moe",
