@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flax_posenc._angles import position_angles
+from flax_posenc._sincos import sin_cos
 from flax_posenc._validation import (
     check_choice,
     check_float_array,
@@ -268,7 +269,8 @@ def rope_cos_sin(
     angles = position_angles(positions, inv_freq)
     scale = jnp.asarray(attention_scaling, jnp.float32)
     scale = scale.reshape(scale.shape + (1,) * (angles.ndim - scale.ndim))
-    return RopeTables(jnp.cos(angles) * scale, jnp.sin(angles) * scale)
+    sin, cos = sin_cos(angles)  # XLA's sin/cos, or on CPU a vectorised polynomial
+    return RopeTables(cos * scale, sin * scale)
 
 
 def rope_rotate(
