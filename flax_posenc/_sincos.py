@@ -83,6 +83,9 @@ def _negate_if(value: jax.Array, flag: jax.Array) -> jax.Array:
     return jax.lax.bitcast_convert_type(bits ^ sign, jnp.float32)
 
 
+# jit: one compiled program in eager mode too, so LLVM's FMA contraction (and the
+# last bit of the result) is the same as under an outer jit.
+@jax.jit
 def _sin_cos_cpu(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     r, q = _reduce(x)
     s, c = _polynomials(r)
@@ -100,6 +103,7 @@ def sin_cos(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     )
 
 
+@jax.jit
 def sin_quarter_turns_cpu(x: jax.Array, turns: jax.Array) -> jax.Array:
     """``sin(x + turns * pi/2)`` on CPU, for int32 ``turns``.
 
