@@ -41,6 +41,7 @@ _C1 = np.float32(1.5703125)
 _C2 = np.float32(0.0004838267923332751)
 _LOW_MANTISSA = np.uint32(0xFFFFF000)  # keeps the top 12 significant bits
 _R_MAX = np.float32(1.5707964)
+_I1, _I2, _I30 = np.int32(1), np.int32(2), np.int32(30)  # int32 under x64 too
 # Cephes sinf / cosf on [-pi/4, pi/4].
 _S1, _S2, _S3 = (
     np.float32(v) for v in (-1.6666654611e-1, 8.3321608736e-3, -1.9515295891e-4)
@@ -79,7 +80,7 @@ def _polynomials(r: jax.Array) -> tuple[jax.Array, jax.Array]:
 def _negate_if(value: jax.Array, flag: jax.Array) -> jax.Array:
     """``-value`` where bit 1 of int32 ``flag`` is set: an xor of the sign bit."""
     bits = jax.lax.bitcast_convert_type(value, jnp.int32)
-    sign = jax.lax.shift_left(flag & 2, 30)
+    sign = jax.lax.shift_left(flag & _I2, _I30)
     return jax.lax.bitcast_convert_type(bits ^ sign, jnp.float32)
 
 
@@ -89,9 +90,9 @@ def _negate_if(value: jax.Array, flag: jax.Array) -> jax.Array:
 def _sin_cos_cpu(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     r, q = _reduce(x)
     s, c = _polynomials(r)
-    odd = (q & 1) == 1
+    odd = (q & _I1) == _I1
     sin = _negate_if(jnp.where(odd, c, s), q)
-    cos = _negate_if(jnp.where(odd, s, c), q + 1)
+    cos = _negate_if(jnp.where(odd, s, c), q + _I1)
     return jnp.where(x == 0.0, x, sin), cos  # sin(-0) = -0
 
 
@@ -115,4 +116,4 @@ def sin_quarter_turns_cpu(x: jax.Array, turns: jax.Array) -> jax.Array:
     r, q = _reduce(jnp.asarray(x, jnp.float32))
     s, c = _polynomials(r)
     q = q + turns
-    return _negate_if(jnp.where((q & 1) == 1, c, s), q)
+    return _negate_if(jnp.where((q & _I1) == _I1, c, s), q)

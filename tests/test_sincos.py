@@ -99,3 +99,16 @@ def test_accelerators_keep_xla_sin_cos():
     text = exported.mlir_module()
     assert "sine" in text and "cosine" in text
     assert "round_nearest_even" not in text
+
+
+def test_sin_cos_under_x64_stays_float32():
+    x = np.float32([0.5, 3.0, 1e6])
+    enable_x64 = getattr(jax, "enable_x64", None)
+    if enable_x64 is None:  # jax < 0.8
+        from jax.experimental import enable_x64 as enable_x64  # noqa: PLC0415
+    with enable_x64(True):
+        sin, cos = jax.jit(sin_cos)(jnp.asarray(x))
+        turned = jax.jit(sin_quarter_turns_cpu)(jnp.asarray(x), jnp.int32(1))
+    assert sin.dtype == cos.dtype == turned.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(cos), np.cos(x.astype(np.float64)), atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(turned), np.asarray(cos))
