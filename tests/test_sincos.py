@@ -105,7 +105,7 @@ def test_sin_cos_under_x64_stays_float32():
     x = np.float32([0.5, 3.0, 1e6])
     enable_x64 = getattr(jax, "enable_x64", None)
     if enable_x64 is None:  # jax < 0.8
-        from jax.experimental import enable_x64 as enable_x64  # noqa: PLC0415
+        from jax.experimental import enable_x64 as enable_x64
     with enable_x64(True):
         sin, cos = jax.jit(sin_cos)(jnp.asarray(x))
         turned = jax.jit(sin_quarter_turns_cpu)(jnp.asarray(x), jnp.int32(1))
