@@ -189,10 +189,10 @@ def _encoding_cpu(
     """
     half = inv_freq.shape[0]
     if layout == "interleaved":
-        freq, turns = np.repeat(inv_freq, 2), np.tile(np.int32([0, 1]), half)
+        freq, turns = np.repeat(inv_freq, 2), np.tile(np.array([0, 1], np.int32), half)
     else:
         freq = np.concatenate([inv_freq, inv_freq])
-        turns = np.repeat(np.int32([0, 1]), half)
+        turns = np.repeat(np.array([0, 1], np.int32), half)
     freq = np.pad(freq, (0, dim % 2))
     turns = np.pad(turns, (0, dim % 2)).reshape((1,) * positions.ndim + (dim,))
     return sin_quarter_turns_cpu(
