@@ -33,6 +33,7 @@ import numpy as np
 from jax.typing import DTypeLike
 
 from flax_posenc._angles import position_angles
+from flax_posenc._sincos import sin_quarter_turns_cpu
 from flax_posenc._validation import (
     check_choice,
     check_float_dtype,
@@ -152,6 +153,17 @@ def sinusoidal_encoding(
     layout = _check_layout(layout)
     dtype = check_float_dtype("dtype", dtype)
     inv_freq = sinusoidal_inv_freq(dim, base=base, spacing=spacing)
+    return jax.lax.platform_dependent(
+        positions,
+        cpu=lambda p: _encoding_cpu(p, inv_freq, dim, layout).astype(dtype),
+        default=lambda p: _encoding(p, inv_freq, dim, layout).astype(dtype),
+    )
+
+
+def _encoding(
+    positions: jax.Array, inv_freq: np.ndarray, dim: int, layout: SinusoidalLayout
+) -> jax.Array:
+    """float32 ``[..., D]``: sin and cos of the ``D // 2`` angles, laid out."""
     angles = position_angles(positions, jnp.asarray(inv_freq))
     sin, cos = jnp.sin(angles), jnp.cos(angles)
     if layout == "interleaved":
@@ -162,7 +174,31 @@ def sinusoidal_encoding(
         pe = jnp.concatenate([sin, cos], axis=-1)
     if dim % 2:
         pe = jnp.pad(pe, [(0, 0)] * positions.ndim + [(0, 1)])
-    return pe.astype(dtype)
+    return pe
+
+
+def _encoding_cpu(
+    positions: jax.Array, inv_freq: np.ndarray, dim: int, layout: SinusoidalLayout
+) -> jax.Array:
+    """:func:`_encoding` as one elementwise pass over ``[..., D]``, for XLA:CPU.
+
+    Feature ``i`` is ``sin(p * f[i] + turns[i] * pi/2)`` with static rows ``f`` (each
+    angle's frequency where the layout puts it) and ``turns`` (0 for sin, 1 for cos):
+    the same float32 angles as :func:`_encoding`, and no stack or concatenate, which
+    XLA:CPU would not fuse into the write. An odd ``D``'s last feature has ``f = 0``
+    and ``turns = 0``: ``sin(0) = 0``.
+    """
+    half = inv_freq.shape[0]
+    if layout == "interleaved":
+        freq, turns = np.repeat(inv_freq, 2), np.tile(np.array([0, 1], np.int32), half)
+    else:
+        freq = np.concatenate([inv_freq, inv_freq])
+        turns = np.repeat(np.array([0, 1], np.int32), half)
+    freq = np.pad(freq, (0, dim % 2))
+    turns = np.pad(turns, (0, dim % 2)).reshape((1,) * positions.ndim + (dim,))
+    return sin_quarter_turns_cpu(
+        position_angles(positions, jnp.asarray(freq)), jnp.asarray(turns)
+    )
 
 
 def sinusoidal_table(

@@ -1,0 +1,114 @@
+"""The CPU sin/cos of ``flax_posenc._sincos`` against float64 truth.
+
+Bound (issue #11): against float64 ``sin``/``cos`` of the same float32 angle ``x``,
+``|error| <= 2 ulp(truth) + |x| * 2^-24``, over every float32 angle the library can
+form (integer positions of any width times float32 frequencies: every finite
+float32), large-angle end included.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from flax_posenc._sincos import _sin_cos_cpu, sin_cos, sin_quarter_turns_cpu
+
+_MAX = float(np.finfo(np.float32).max)
+
+
+def _bound_ratio(got: np.ndarray, truth: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Error over its allowance: <= 1 means within the bound."""
+    ulp = np.spacing(np.abs(truth).astype(np.float32)).astype(np.float64)
+    allowance = 2 * ulp + np.abs(x.astype(np.float64)) * 2.0**-24
+    return np.abs(got.astype(np.float64) - truth) / allowance
+
+
+def _angles() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    normal = rng.integers(0x00800000, 0x7F7FFFFF, 1 << 20, dtype=np.uint32)
+    decades = [
+        rng.uniform(lo, hi, 1 << 18).astype(np.float32)
+        for lo, hi in [(0, 1), (1, 8), (8, 2**12), (2**12, 2**21), (2**21, 2**26)]
+    ]
+    # Where the reduction cancels most: float32 neighbours of k * pi/2.
+    k = np.arange(1, 1 << 18, dtype=np.float64)
+    near = (k * np.pi / 2).astype(np.float32).view(np.int32)
+    near = np.concatenate([near + d for d in range(-2, 3)]).view(np.float32)
+    large = np.exp(rng.uniform(np.log(2.0**26), np.log(_MAX), 1 << 16))
+    special = np.float32([0.0, 1.0, np.pi / 4, 2.0**21, 2.0**24, 2.0**31, _MAX])
+    return {
+        "random float32 bit patterns": normal.view(np.float32),
+        "uniform over [0, 2^26)": np.concatenate(decades),
+        "neighbours of k pi/2": near,
+        "integer positions times 1": np.arange(0, 1 << 24, 61, dtype=np.float32),
+        "log-uniform over [2^26, max]": large.astype(np.float32),
+        "special": special,
+    }
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+@pytest.mark.parametrize("name", list(_angles()))
+def test_sin_cos_within_bound(name, sign):
+    x = sign * _angles()[name]
+    sin, cos = jax.jit(_sin_cos_cpu)(jnp.asarray(x))
+    x64 = x.astype(np.float64)
+    for got, truth in ((sin, np.sin(x64)), (cos, np.cos(x64))):
+        ratio = _bound_ratio(np.asarray(got), truth, x)
+        worst = int(np.argmax(ratio))
+        assert ratio[worst] <= 1.0, (name, x[worst], got[worst], truth[worst])
+
+
+@pytest.mark.parametrize("turns", [0, 1, 2, 3, -1, 5])
+def test_sin_quarter_turns_within_bound(turns):
+    x = np.concatenate([_angles()["uniform over [0, 2^26)"], _angles()["special"]])
+    x = np.concatenate([x, -x])
+    got = jax.jit(sin_quarter_turns_cpu)(jnp.asarray(x), jnp.int32(turns))
+    # sin(x + t pi/2) of the float32 x, exactly: rotate sin/cos by t quarter turns.
+    x64 = x.astype(np.float64)
+    truth = [np.sin(x64), np.cos(x64), -np.sin(x64), -np.cos(x64)][turns % 4]
+    assert _bound_ratio(np.asarray(got), truth, x).max() <= 1.0
+
+
+def test_sin_cos_special_values():
+    x = jnp.float32([0.0, -0.0, jnp.inf, -jnp.inf, jnp.nan])
+    sin, cos = jax.jit(sin_cos)(x)
+    assert np.array_equal(np.signbit(sin[:2]), [False, True])  # sin(-0) = -0
+    np.testing.assert_array_equal(cos[:2], [1.0, 1.0])
+    assert np.isnan(sin[2:]).all() and np.isnan(cos[2:]).all()
+
+
+def test_sin_cos_subnormal_angles():
+    x = np.float32([1e-45, 1e-40, 1.1754942e-38])
+    sin, cos = jax.jit(sin_cos)(jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(sin), x, rtol=0, atol=2.0**-126)
+    np.testing.assert_array_equal(cos, [1.0, 1.0, 1.0])
+
+
+def test_cpu_program_has_no_libm_calls():
+    """On CPU the table is multiply/add; XLA's sine/cosine are not lowered."""
+    hlo = jax.jit(sin_cos).lower(jnp.zeros((8,), jnp.float32)).as_text()
+    assert "sine" not in hlo and "cosine" not in hlo
+
+
+def test_accelerators_keep_xla_sin_cos():
+    exported = jax.export.export(jax.jit(sin_cos), platforms=["cuda"])(
+        jax.ShapeDtypeStruct((8,), jnp.float32)
+    )
+    text = exported.mlir_module()
+    assert "sine" in text and "cosine" in text
+    assert "round_nearest_even" not in text
+
+
+def test_sin_cos_under_x64_stays_float32():
+    x = np.float32([0.5, 3.0, 1e6])
+    enable_x64 = getattr(jax, "enable_x64", None)
+    if enable_x64 is None:  # jax < 0.8
+        from jax.experimental import enable_x64 as enable_x64
+    with enable_x64(True):
+        sin, cos = jax.jit(sin_cos)(jnp.asarray(x))
+        turned = jax.jit(sin_quarter_turns_cpu)(jnp.asarray(x), jnp.int32(1))
+    assert sin.dtype == cos.dtype == turned.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(cos), np.cos(x.astype(np.float64)), atol=1e-6)
+    np.testing.assert_array_equal(np.asarray(turned), np.asarray(cos))
