@@ -93,7 +93,9 @@ def test_cpu_program_has_no_libm_calls():
 
 
 def test_accelerators_keep_xla_sin_cos():
-    exported = jax.export.export(jax.jit(sin_cos), platforms=["cuda"])(
+    from jax import export  # a submodule to import explicitly before jax 0.8
+
+    exported = export.export(jax.jit(sin_cos), platforms=["cuda"])(
         jax.ShapeDtypeStruct((8,), jnp.float32)
     )
     text = exported.mlir_module()

@@ -323,6 +323,7 @@ EXCLUDED: dict[str, str] = {
     "sapiens2": "vision-only (human-centric ViT), 2-D RoPE",
     "seamless_m4t": "speech conformer encoder's rotary (speech-only); text parts use sinusoidal absolute positions",
     "step3p5_vision": "non-text sub-model (Step3p7VisionConfig): 2-D axial RoPE, out of scope",
+    "timesfm2_5": "time-series forecaster (TimesFM 2.5): RoPE over input patch positions of a numeric series, no text tokens; out of scope",
     "video_llama_3": "multimodal wrapper: vision tower 2-D RoPE; text decoder is model_type qwen2 (covered there)",
     "vjepa2": "vision-only (video JEPA), 3-D RoPE over (t, h, w) patches",
     "voxtral_realtime_encoder": "non-text sub-model (VoxtralRealtimeEncoderConfig): vision/audio RoPE, out of scope",
