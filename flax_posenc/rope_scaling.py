@@ -134,6 +134,24 @@ class _FitsAnyRotary:
         del theta, rotary_dim
 
 
+class _AttentionFactorOldName:
+    """``default_attention_factor()``, the deprecated name of the families'
+    ``effective_attention_factor()``."""
+
+    def effective_attention_factor(self) -> float:
+        raise NotImplementedError
+
+    def default_attention_factor(self) -> float:
+        """Deprecated name of ``effective_attention_factor()``."""
+        warnings.warn(
+            "default_attention_factor() is deprecated; use "
+            "effective_attention_factor().",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.effective_attention_factor()
+
+
 def _ntk_theta(theta: float, factor: float, rotary_dim: int) -> float:
     return theta * factor ** (rotary_dim / (rotary_dim - 2))
 
@@ -258,7 +276,7 @@ def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class YarnScaling:
+class YarnScaling(_AttentionFactorOldName):
     """YaRN: interpolate slow frequencies, keep fast ones, ramp in between, and scale
     cos/sin by an attention factor.
 
@@ -319,16 +337,6 @@ class YarnScaling:
             )
         return _yarn_mscale(self.factor)
 
-    def default_attention_factor(self) -> float:
-        """Deprecated name of ``effective_attention_factor()``."""
-        warnings.warn(
-            "default_attention_factor() is deprecated; use "
-            "effective_attention_factor().",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.effective_attention_factor()
-
     def softmax_scale_factor(self) -> float:
         """DeepSeek's correction of the softmax scale, ``mscale(factor,
         mscale_all_dim)^2`` (1 without ``mscale_all_dim``): DeepSeek-V2/V3 multiply
@@ -388,7 +396,7 @@ def _factors(scaling: object, field: str) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class LongRopeScaling:
+class LongRopeScaling(_AttentionFactorOldName):
     """LongRoPE (Phi-3): per-dimension rescale factors, ``short_factor`` up to the
     pre-training length and ``long_factor`` past it:
     ``inv_freq = inv_freq_default / ext``, ``ext = long_factor if seq_len > orig else
@@ -438,16 +446,6 @@ class LongRopeScaling:
             return 1.0
         ratio = math.log(self.factor) / math.log(self.original_max_position_embeddings)
         return math.sqrt(1 + ratio)
-
-    def default_attention_factor(self) -> float:
-        """Deprecated name of ``effective_attention_factor()``."""
-        warnings.warn(
-            "default_attention_factor() is deprecated; use "
-            "effective_attention_factor().",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.effective_attention_factor()
 
     def validate(self, theta: float, rotary_dim: int) -> None:
         """Needs ``rotary_dim / 2`` factors in each list."""

@@ -28,7 +28,6 @@ from flax_posenc.rope_scaling import (
     ProportionalScaling,
     RopeScaling,
     YarnScaling,
-    _yarn_mscale,
 )
 
 __all__ = ["HFRope", "LayerRope", "read_hf_rope", "rope_config_from_hf"]
@@ -589,8 +588,7 @@ def _layer_rope(
         )
     softmax = 1.0
     if cfg.model.softmax_mscale and isinstance(scaling, YarnScaling):
-        if scaling.mscale_all_dim:
-            softmax = _yarn_mscale(scaling.factor, scaling.mscale_all_dim) ** 2
+        softmax = scaling.softmax_scale_factor()
     return LayerRope(
         rope=rope,
         mrope_section=mrope_section,
