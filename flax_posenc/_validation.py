@@ -38,12 +38,20 @@ def check_float(name: str, value: Any) -> float:
         value, (int, float, np.integer, np.floating)
     ):
         raise TypeError(
-            f"`{name}` must be a real number, got {value!r} ({type(value).__name__})."
+            f"`{name}` must be a number, got {value!r} ({type(value).__name__})."
         )
     value = float(value)
     if not math.isfinite(value):
         raise ValueError(f"`{name}` must be finite, got {value}.")
     return value
+
+
+def check_length(name: str, value: Any) -> int:
+    """A length: an int >= 1; a whole float from JSON (``4096.0``) is read as one,
+    ``4096.7`` is a ``TypeError``."""
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        value = int(value)
+    return check_positive_int(name, value)
 
 
 def check_positive_float(name: str, value: Any) -> float:
@@ -58,7 +66,7 @@ def check_bool(name: str, value: Any) -> bool:
     """Returns ``value`` if it is a bool; the string ``"false"`` of a JSON file is not."""
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(
-            f"`{name}` must be a bool (true or false), got {value!r} "
+            f"`{name}` must be true or false (a bool), got {value!r} "
             f"({type(value).__name__})."
         )
     return bool(value)

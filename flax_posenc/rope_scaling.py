@@ -29,8 +29,8 @@ import numpy as np
 from flax_posenc._validation import (
     check_bool,
     check_float,
+    check_length,
     check_positive_float,
-    check_positive_int,
 )
 
 __all__ = [
@@ -110,20 +110,22 @@ def _optional_positive(scaling: object, field: str) -> None:
 
 
 def _length(scaling: object, field: str = "original_max_position_embeddings") -> None:
-    """A length is an int >= 1 (``4096.0`` from JSON is accepted, ``4096.7`` is not)."""
-    value = getattr(scaling, field)
-    if isinstance(value, (float, np.floating)) and float(value).is_integer():
-        value = int(value)
-    object.__setattr__(scaling, field, check_positive_int(_name(scaling, field), value))
+    """Checks (and normalises to int) the length field ``field``."""
+    value = check_length(_name(scaling, field), getattr(scaling, field))
+    object.__setattr__(scaling, field, value)
 
 
-def _rotary_dim_above_two(scaling: object, rotary_dim: int) -> None:
-    """The NTK exponent ``R / (R - 2)`` needs ``R > 2``."""
-    if rotary_dim <= 2:
-        raise ValueError(
-            f"{type(scaling).__name__} needs rotary_dim > 2 (its exponent is "
-            f"R / (R - 2)), got {rotary_dim}."
-        )
+class _NTKExponent:
+    """``validate`` of the NTK families: the exponent ``R / (R - 2)`` needs ``R > 2``."""
+
+    def validate(self, theta: float, rotary_dim: int) -> None:
+        """Needs ``rotary_dim > 2``."""
+        del theta
+        if rotary_dim <= 2:
+            raise ValueError(
+                f"{type(self).__name__} needs rotary_dim > 2 (its exponent is "
+                f"R / (R - 2)), got {rotary_dim}."
+            )
 
 
 class _FitsAnyRotary:
@@ -179,7 +181,7 @@ class LinearScaling(_FitsAnyRotary):
 
 
 @dataclasses.dataclass(frozen=True, init=False)
-class NTKScaling:
+class NTKScaling(_NTKExponent):
     """Static NTK-aware scaling: ``theta' = theta * factor^(R / (R - 2))``.
 
     transformers' static NTK (and Hunyuan's ``alpha``) use this formula.
@@ -212,11 +214,6 @@ class NTKScaling:
         """Deprecated name of ``factor``."""
         return self.factor
 
-    def validate(self, theta: float, rotary_dim: int) -> None:
-        """Needs ``rotary_dim > 2``."""
-        del theta
-        _rotary_dim_above_two(self, rotary_dim)
-
     def frequencies(
         self, theta: float, rotary_dim: int, seq_len: SeqLen = None
     ) -> RopeFrequencies:
@@ -227,7 +224,7 @@ class NTKScaling:
 
 
 @dataclasses.dataclass(frozen=True)
-class DynamicNTKScaling:
+class DynamicNTKScaling(_NTKExponent):
     """Dynamic NTK: the base grows with the sequence length once it passes the
     pre-training length ``original_max_position_embeddings`` (HF's
     ``config.max_position_embeddings`` for ``rope_type="dynamic"``):
@@ -246,11 +243,6 @@ class DynamicNTKScaling:
     def __post_init__(self):
         _positive(self, "factor")
         _length(self)
-
-    def validate(self, theta: float, rotary_dim: int) -> None:
-        """Needs ``rotary_dim > 2``."""
-        del theta
-        _rotary_dim_above_two(self, rotary_dim)
 
     def frequencies(
         self, theta: float, rotary_dim: int, seq_len: SeqLen = None

@@ -18,6 +18,8 @@ import jax
 import numpy as np
 from jax.core import Tracer
 
+from flax_posenc._validation import check_positive_float
+
 __all__ = [
     "DEFAULT_OFFSETS",
     "EncodingFn",
@@ -114,14 +116,6 @@ def _check_offsets(offsets: Any, positions: np.ndarray) -> list[int]:
             )
         checked.append(offset)
     return checked
-
-
-def _check_rtol(rtol: Any) -> float:
-    if isinstance(rtol, bool) or not isinstance(rtol, (int, float, np.floating)):
-        raise TypeError(f"`rtol` must be a number, got {rtol!r}.")
-    if not 0 < rtol < np.inf:
-        raise ValueError(f"`rtol` must be a finite number > 0, got {rtol}.")
-    return float(rtol)
 
 
 def assert_encoding_shape(
@@ -261,7 +255,7 @@ def assert_relative_offset_linearity(
       AssertionError: PE(p + k) is not a linear map of PE(p) for offset k=1: ...
     """
     _check_callable("encode", encode)
-    rtol = _check_rtol(rtol)
+    rtol = check_positive_float("rtol", rtol)
     if positions is None:
         probe = np.asarray(encode(jax.numpy.zeros((1,), jax.numpy.int32)))
         chex.assert_rank(probe, 2)
@@ -413,7 +407,7 @@ def assert_shift_invariance(
         )
     offsets = _check_offsets(offsets, positions)
     if rtol is not None:
-        rtol = _check_rtol(rtol)
+        rtol = check_positive_float("rtol", rtol)
 
     def rotated(x: jax.Array, p: np.ndarray) -> tuple[np.ndarray, np.dtype]:
         out = rotate(x, jax.numpy.asarray(p))

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
+from flax_posenc._validation import check_bool, check_float, check_length
 from flax_posenc.hf._defaults import DEFAULTS
 from flax_posenc.hf._models import COMMON, COMMON_TYPES, EXCLUDED, MODELS, Model
 from flax_posenc.query_scaling import QueryScaling
@@ -100,7 +100,7 @@ class LayerRope:
     mrope_interleaved: bool = False
     query_scaling: QueryScaling | None = None
     softmax_scale_factor: float = 1.0
-    rope_features: str = "first"
+    rope_features: Literal["first", "last"] = "first"
 
     def only_rope(self, what: str) -> RopeConfig:
         """The ``RopeConfig``, or a ValueError if the layer needs more than it."""
@@ -149,46 +149,20 @@ class HFRope:
 
 
 # --------------------------------------------------------------------------------------
-# JSON values: the type a key must have, or an error naming the key.
+# JSON lists: each entry checked like a single value, named by its index.
 # --------------------------------------------------------------------------------------
-
-
-def _number(where: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(
-            f"{where} must be a number, got {value!r} ({type(value).__name__})."
-        )
-    if not math.isfinite(value):
-        raise ValueError(f"{where} must be finite, got {value}.")
-    return float(value)
-
-
-def _length(where: str, value: Any) -> int:
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise TypeError(f"{where} must be a positive integer, got {value!r}.")
-    return value
-
-
-def _flag(where: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(
-            f"{where} must be true or false, got {value!r} ({type(value).__name__})."
-        )
-    return value
 
 
 def _numbers(where: str, value: Any) -> tuple[float, ...]:
     if not isinstance(value, (list, tuple)):
         raise TypeError(f"{where} must be a list of numbers, got {value!r}.")
-    return tuple(_number(f"{where}[{i}]", v) for i, v in enumerate(value))
+    return tuple(check_float(f"{where}[{i}]", v) for i, v in enumerate(value))
 
 
 def _lengths(where: str, value: Any) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)):
         raise TypeError(f"{where} must be a list of integers, got {value!r}.")
-    return tuple(_length(f"{where}[{i}]", v) for i, v in enumerate(value))
+    return tuple(check_length(f"{where}[{i}]", v) for i, v in enumerate(value))
 
 
 # --------------------------------------------------------------------------------------
@@ -225,27 +199,23 @@ class _Config:
         self.model_type = model_type
         self.model: Model = MODELS.get(model_type, COMMON)
         self.defaults: dict[str, Any] = DEFAULTS[model_type]
-        attribute_map = self.defaults.get("attribute_map", {})
-        self.stored = {name: attribute_map[name] for name in attribute_map}
+        # Canonical name -> the name the class stores it under (GPT-J's n_embd).
+        self.stored: dict[str, str] = dict(self.defaults.get("attribute_map", {}))
 
     def where(self, key: str) -> str:
         return f"config[{key!r}] ({self.model_type})"
 
-    def has(self, key: str) -> bool:
-        return self.get(key) is not None
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """The config's value of ``key`` (or its stored alias), else the class's."""
-        for name in (key, self.stored.get(key)):
-            if name is not None and name in self.config:
-                return self.config[name]
-        return self.defaults.get(key, default)
-
     def explicit(self, key: str) -> Any:
+        """The config's own value of ``key`` (or its stored alias), else None."""
         for name in (key, self.stored.get(key)):
             if name is not None and name in self.config:
                 return self.config[name]
         return None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The config's value of ``key`` (or its stored alias), else the class's."""
+        value = self.explicit(key)
+        return self.defaults.get(key, default) if value is None else value
 
 
 def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -278,8 +248,9 @@ def _blocks(cfg: _Config) -> dict[str | None, dict | None]:
     )
     given = copy.deepcopy(dict(given)) if given else None
     theta = cfg.explicit("rope_theta")
-    for key in cfg.model.theta_keys:
-        theta = cfg.config.get(key, theta) if theta is None else theta
+    for key in cfg.model.theta_keys:  # legacy names, e.g. GPT-NeoX's rotary_emb_base
+        if theta is None:
+            theta = cfg.config.get(key)
     if given and all(isinstance(v, Mapping) or v is None for v in given.values()):
         blocks: dict[str | None, dict | None] = {}
         for key, block in given.items():
@@ -381,19 +352,19 @@ def _head_dim(cfg: _Config, layer_type: str | None) -> int:
         value = (per_layer.get("full_attention") or {}).get("head_dim")
         if value is None:
             value = cfg.config.get("global_head_dim", cfg.model.global_head_dim)
-        return _length(cfg.where("global_head_dim"), value)
+        return check_length(cfg.where("global_head_dim"), value)
     rule = cfg.model.head_dim
     if rule == "qk_rope_head_dim":
-        return _length(cfg.where("qk_rope_head_dim"), cfg.get("qk_rope_head_dim"))
+        return check_length(cfg.where("qk_rope_head_dim"), cfg.get("qk_rope_head_dim"))
     if rule == "head_dim" and cfg.get("head_dim") is not None:
-        return _length(cfg.where("head_dim"), cfg.get("head_dim"))
+        return check_length(cfg.where("head_dim"), cfg.get("head_dim"))
     hidden, heads = cfg.get("hidden_size"), cfg.get("num_attention_heads")
     if hidden is None or heads is None:
         raise ValueError(
             f"The {cfg.model_type!r} config names no head_dim, and not both "
             "hidden_size and num_attention_heads."
         )
-    return _length(cfg.where("hidden_size"), hidden) // _length(
+    return check_length(cfg.where("hidden_size"), hidden) // check_length(
         cfg.where("num_attention_heads"), heads
     )
 
@@ -409,7 +380,7 @@ def _partial(cfg: _Config, block: Mapping[str, Any], where: str) -> float:
         value = (cfg.defaults.get("rope_parameters") or {}).get("partial_rotary_factor")
     if value is None:
         return 1.0
-    value = _number(f"{where}['partial_rotary_factor']", value)
+    value = check_float(f"{where}['partial_rotary_factor']", value)
     if not 0.0 < value <= 1.0:
         raise ValueError(
             f"{where}['partial_rotary_factor'] must be in (0, 1], got {value}."
@@ -423,7 +394,7 @@ def _original(cfg: _Config, block: Mapping[str, Any], where: str) -> int:
     otherwise the block's, else ``max_position_embeddings``."""
     if "original_max_position_embeddings" in cfg.defaults:
         value = cfg.get("original_max_position_embeddings")
-        return _length(cfg.where("original_max_position_embeddings"), value)
+        return check_length(cfg.where("original_max_position_embeddings"), value)
     if cfg.explicit("original_max_position_embeddings") is not None:
         raise ValueError(
             f"{cfg.where('original_max_position_embeddings')}: transformers ignores "
@@ -431,7 +402,7 @@ def _original(cfg: _Config, block: Mapping[str, Any], where: str) -> int:
             "(only the rope block's counts); move it into the rope block."
         )
     if block.get("original_max_position_embeddings") is not None:
-        return _length(
+        return check_length(
             f"{where}['original_max_position_embeddings']",
             block["original_max_position_embeddings"],
         )
@@ -444,14 +415,14 @@ def _max_positions(cfg: _Config) -> int:
         raise ValueError(
             f"The {cfg.model_type!r} config names no max_position_embeddings."
         )
-    return _length(cfg.where("max_position_embeddings"), value)
+    return check_length(cfg.where("max_position_embeddings"), value)
 
 
 def _scaling(
     cfg: _Config, block: Mapping[str, Any], rope_type: str, where: str
 ) -> RopeScaling | None:
     def number(key: str) -> float:
-        return _number(f"{where}[{key!r}]", block[key])
+        return check_float(f"{where}[{key!r}]", block[key])
 
     def optional(key: str) -> float | None:
         return None if block.get(key) is None else number(key)
@@ -493,7 +464,7 @@ def _scaling(
             mscale=optional("mscale"),
             mscale_all_dim=optional("mscale_all_dim"),
             attention_factor=optional("attention_factor"),
-            truncate=_flag(f"{where}['truncate']", truncate),
+            truncate=check_bool(f"{where}['truncate']", truncate),
         )
     short = _numbers(f"{where}['short_factor']", block["short_factor"])
     long = _numbers(f"{where}['long_factor']", block["long_factor"])
@@ -519,7 +490,9 @@ def _scaling(
 def _layout(cfg: _Config) -> str:
     if cfg.model.interleave_key:
         value = cfg.get("rope_interleave", False)
-        return "interleaved" if _flag(cfg.where("rope_interleave"), value) else "half"
+        return (
+            "interleaved" if check_bool(cfg.where("rope_interleave"), value) else "half"
+        )
     if cfg.explicit("rope_interleave") is not None:
         raise ValueError(
             f"{cfg.where('rope_interleave')}: transformers' {cfg.model_type!r} "
@@ -538,11 +511,13 @@ def _layer_rope(
     rope_type = _rope_type(block, where)
     _check_keys(cfg, block, rope_type, where)
     head_dim = _head_dim(cfg, layer_type)
-    theta = _number(f"{where}['rope_theta']", block.get("rope_theta", 10000.0))
+    theta = check_float(f"{where}['rope_theta']", block.get("rope_theta", 10000.0))
     if cfg.model.rotary_dim_key is not None:
         rotary = cfg.get(cfg.model.rotary_dim_key)
         rotary = (
-            head_dim if rotary is None else _length(cfg.where("rotary_dim"), rotary)
+            head_dim
+            if rotary is None
+            else check_length(cfg.where("rotary_dim"), rotary)
         )
     elif rope_type == "proportional":
         rotary = head_dim  # unrotated pairs get inv_freq 0 (Gemma 4)
@@ -568,7 +543,7 @@ def _layer_rope(
         )
         mrope_interleaved = cfg.model.mrope == "interleaved"
         if "mrope_interleaved" in block:
-            mrope_interleaved = _flag(
+            mrope_interleaved = check_bool(
                 f"{where}['mrope_interleaved']", block["mrope_interleaved"]
             )
     elif block.get("mrope_section") is not None:
@@ -581,7 +556,7 @@ def _layer_rope(
         "llama_4_scaling_beta"
     ):
         query_scaling = QueryScaling(
-            scale=_number(
+            scale=check_float(
                 f"{where}['llama_4_scaling_beta']", block["llama_4_scaling_beta"]
             ),
             floor_scale=float(_original(cfg, block, where)),
@@ -639,7 +614,9 @@ def _uses_rope(cfg: _Config, count: int, layer_types: tuple[str, ...] | None):
             unit = cfg.defaults.get("no_rope_layers_pattern") or [1]
             values = [unit[i % len(unit)] for i in range(count)]
         flags = tuple(
-            _flag(f"{cfg.where('no_rope_layers')}[{i}]", bool(v) if v in (0, 1) else v)
+            check_bool(
+                f"{cfg.where('no_rope_layers')}[{i}]", bool(v) if v in (0, 1) else v
+            )
             for i, v in enumerate(values)
         )
         if len(flags) != count:
@@ -706,20 +683,21 @@ def read_hf_rope(config: Mapping[str, Any]) -> HFRope:
     """
     cfg = _Config(_text_config(config))
     count = cfg.get("num_hidden_layers")
-    for alias in ("num_layers", "n_layer"):
-        count = cfg.config.get(alias) if count is None else count
-    count = _length(cfg.where("num_hidden_layers"), count)
+    for alias in ("num_layers", "n_layer"):  # classes that name it otherwise
+        if count is None:
+            count = cfg.config.get(alias)
+    count = check_length(cfg.where("num_hidden_layers"), count)
     layer_types = _layer_types(cfg, count)
     blocks = _blocks(cfg)
     per_type = {key: _layer_rope(cfg, block, key) for key, block in blocks.items()}
     uses_rope = _uses_rope(cfg, count, layer_types)
     temperature = None
-    if cfg.model.query_scaling == "llama4" and _flag(
+    if cfg.model.query_scaling == "llama4" and check_bool(
         cfg.where("attn_temperature_tuning"), cfg.get("attn_temperature_tuning", False)
     ):
         temperature = QueryScaling(
-            scale=_number(cfg.where("attn_scale"), cfg.get("attn_scale")),
-            floor_scale=_number(cfg.where("floor_scale"), cfg.get("floor_scale")),
+            scale=check_float(cfg.where("attn_scale"), cfg.get("attn_scale")),
+            floor_scale=check_float(cfg.where("floor_scale"), cfg.get("floor_scale")),
             offset=1,
         )
     layers = []
@@ -780,10 +758,9 @@ def rope_config_from_hf(
       ...     "num_attention_heads": 4}).layout
       'interleaved'
     """
-    config = _text_config(config)
     spec = read_hf_rope(config)
     kinds = sorted(set(spec.layer_types or ()))
-    distinct = {layer for layer in spec.layers}
+    distinct = set(spec.layers)
     if layer_type is None:
         if len(distinct) > 1:
             raise ValueError(
