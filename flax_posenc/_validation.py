@@ -211,10 +211,11 @@ def is_traced(value: Any) -> bool:
 
 
 def check_heads_array(name: str, x: Any, head_dim: int) -> None:
-    """Raises unless ``x`` is ``[..., L, N, H]`` with ``H == head_dim``."""
+    """Raises unless ``x`` is a floating ``[..., L, N, H]`` with ``H == head_dim``."""
     shape = tuple(getattr(x, "shape", ()))
     if len(shape) < 3 or shape[-1] != head_dim:
         raise ValueError(
             f"`{name}` must be [..., L, N, H] with H = config.head_dim ({head_dim}), "
             f"got shape {shape}."
         )
+    check_float_array(name, x)

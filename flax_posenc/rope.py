@@ -469,7 +469,6 @@ def apply_rope(
       dtype(bfloat16)
     """
     check_heads_array("x", x, config.head_dim)
-    check_float_array("x", x)
     positions = check_positions("positions", positions, "x.shape[:-2]", x.shape[:-2])
     cos, sin = rope_cos_sin(positions, config, seq_len=seq_len)
     return rope_rotate(x, cos, sin, layout=config.layout)
@@ -524,8 +523,6 @@ def apply_rope_qk(
     """
     check_heads_array("q", q, config.head_dim)
     check_heads_array("k", k, config.head_dim)
-    check_float_array("q", q)
-    check_float_array("k", k)
     positions = check_positions("positions", positions, "q.shape[:-2]", q.shape[:-2])
     if k_positions is None and k_seq_len is None:
         check_positions(

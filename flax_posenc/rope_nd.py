@@ -39,7 +39,6 @@ import numpy as np
 
 from flax_posenc._validation import (
     check_bool,
-    check_float_array,
     check_heads_array,
     check_integer_array,
     check_positive_int,
@@ -135,7 +134,6 @@ def apply_axial_rope(
       (2, 196, 4, 64)
     """
     check_heads_array("x", x, config.head_dim)
-    check_float_array("x", x)
     positions = check_integer_array("positions", positions)
     if positions.ndim < 2 or not obeys_positions_rule(
         positions.shape[:-1], x.shape[:-2]
@@ -293,7 +291,6 @@ def apply_mrope(
       (1, 10, 28, 128)
     """
     check_heads_array("x", x, config.head_dim)
-    check_float_array("x", x)
     sections = _check_mrope_section(mrope_section, config)
     positions = _check_mrope_positions(positions, sections)
     if not obeys_positions_rule(positions.shape[1:], x.shape[:-2]):

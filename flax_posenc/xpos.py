@@ -36,7 +36,6 @@ from flax_posenc._angles import position_angles
 from flax_posenc._validation import (
     check_bool,
     check_broadcastable,
-    check_float_array,
     check_heads_array,
     check_integer_array,
     check_positions,
@@ -145,7 +144,6 @@ def apply_xpos(
       ((2, 16, 4, 64), dtype(bfloat16))
     """
     check_heads_array("x", x, config.head_dim)
-    check_float_array("x", x)
     positions = check_positions("positions", positions, "x.shape[:-2]", x.shape[:-2])
     cos, sin = xpos_cos_sin(
         positions,
