@@ -147,7 +147,9 @@ def apply_axial_rope(
     return rope_rotate(x, cos, sin, layout=config.layout)
 
 
-def _check_mrope_section(mrope_section: Any, config: RopeConfig) -> tuple[int, ...]:
+def _check_mrope_section(
+    mrope_section: Any, config: RopeConfig, interleaved: bool
+) -> tuple[int, ...]:
     if isinstance(mrope_section, (str, bytes)) or not isinstance(
         mrope_section, Sequence
     ):
@@ -160,9 +162,9 @@ def _check_mrope_section(mrope_section: Any, config: RopeConfig) -> tuple[int, .
         for a, n in enumerate(mrope_section)
     )
     half: int = config.rotary_dim // 2  # type: ignore[operator]
-    if sum(sections) != half:
+    if not interleaved and sum(sections) != half:
         raise ValueError(
-            f"`mrope_section` must sum to config.rotary_dim // 2 ({half}), got "
+            f"Contiguous `mrope_section` must sum to config.rotary_dim // 2 ({half}), got "
             f"{list(sections)} (sum {sum(sections)})."
         )
     return sections
@@ -179,7 +181,7 @@ def _check_mrope_positions(positions: Any, sections: tuple[int, ...]) -> jax.Arr
     return positions
 
 
-def _mrope_rows(sections: tuple[int, ...], interleaved: bool) -> np.ndarray:
+def _mrope_rows(sections: tuple[int, ...], interleaved: bool, half: int) -> np.ndarray:
     """The position row each rotary pair takes its angle from, int ``[R/2]``.
 
     Contiguous (Qwen2-VL): ``sections[0]`` pairs from row 0, then ``sections[1]``
@@ -189,7 +191,7 @@ def _mrope_rows(sections: tuple[int, ...], interleaved: bool) -> np.ndarray:
     if not interleaved:
         return np.repeat(np.arange(len(sections)), sections)
     count = len(sections)
-    pairs = np.arange(sum(sections))
+    pairs = np.arange(half)
     rows = np.zeros_like(pairs)
     for row in range(1, count):
         rows[(pairs % count == row) & (pairs < count * sections[row])] = row
@@ -217,8 +219,10 @@ def mrope_cos_sin(
       positions: integer ``[A, ...]``, ``A = len(mrope_section)`` rows (Qwen2-VL:
         temporal, height, width), e.g. ``[3, B, L]``.
       config: the RoPE configuration.
-      mrope_section: pairs per row, static, summing to ``config.rotary_dim // 2``
-        (Hugging Face ``rope_parameters["mrope_section"]``, e.g. ``(16, 24, 24)``).
+      mrope_section: pairs per row, static (Hugging Face
+        ``rope_parameters["mrope_section"]``, e.g. ``(16, 24, 24)``). Contiguous
+        sections sum to ``config.rotary_dim // 2``; interleaved ones need not
+        (pairs they do not reach take row 0, as in transformers).
       mrope_interleaved: False for Qwen2/2.5-VL's contiguous sections, True for
         Qwen3-VL's interleaved ones (HF ``mrope_interleaved``).
       seq_len: see :func:`flax_posenc.rope_cos_sin`; None means ``max + 1`` over all
@@ -232,11 +236,11 @@ def mrope_cos_sin(
       TypeError: non-integer positions or sections, a non-bool
         ``mrope_interleaved``.
     """
-    sections = _check_mrope_section(mrope_section, config)
     interleaved = check_bool("mrope_interleaved", mrope_interleaved)
+    sections = _check_mrope_section(mrope_section, config, interleaved)
     positions = _check_mrope_positions(positions, sections)
     cos, sin = rope_cos_sin(positions, config, seq_len=seq_len)
-    rows = _mrope_rows(sections, interleaved)
+    rows = _mrope_rows(sections, interleaved, config.rotary_dim // 2)  # type: ignore[operator]
 
     def select(table: jax.Array) -> jax.Array:
         # Exact: each pair is copied from its row, no arithmetic across rows.
@@ -291,7 +295,8 @@ def apply_mrope(
       (1, 10, 28, 128)
     """
     check_heads_array("x", x, config.head_dim)
-    sections = _check_mrope_section(mrope_section, config)
+    interleaved = check_bool("mrope_interleaved", mrope_interleaved)
+    sections = _check_mrope_section(mrope_section, config, interleaved)
     positions = _check_mrope_positions(positions, sections)
     if not obeys_positions_rule(positions.shape[1:], x.shape[:-2]):
         raise ValueError(
@@ -303,7 +308,7 @@ def apply_mrope(
         positions,
         config,
         mrope_section=sections,
-        mrope_interleaved=mrope_interleaved,
+        mrope_interleaved=interleaved,
         seq_len=seq_len,
     )
     return rope_rotate(x, cos, sin, layout=config.layout)

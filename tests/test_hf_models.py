@@ -34,7 +34,17 @@ EXCLUDED = sorted(
 
 
 # Model types whose attention RMS-normalises q and k right after RoPE.
-POST_ROPE_NORM = ("hunyuan_v1_dense", "hunyuan_v1_moe", "llama4_text")
+POST_ROPE_NORM = ("hunyuan_v1_dense", "hunyuan_v1_moe", "llama4_text", "nanochat")
+
+
+def _post_rope_factor(case: dict, head_dim: int, *, is_query: bool) -> float:
+    """Constant factors some attentions multiply into q/k after RoPE (weights at
+    their initial values): not positional, but on the way to the recorded q/k."""
+    if case["model_type"] == "openai_privacy_filter":  # softmax scale moved into q, k
+        return head_dim**-0.25
+    if case["model_type"] == "dory" and is_query:  # nGPT's sqk**2 * sqk_scale**2
+        return float(head_dim)
+    return 1.0
 
 
 def _apply(layer: fp.LayerRope, x: np.ndarray, case: dict, *, is_query: bool):
@@ -54,7 +64,7 @@ def _apply(layer: fp.LayerRope, x: np.ndarray, case: dict, *, is_query: bool):
                 mrope_interleaved=layer.mrope_interleaved,
             )
         else:
-            out = fp.apply_rope(rotated, position_ids, layer.rope)
+            out = fp.apply_rope(rotated, layer.position_sign * position_ids, layer.rope)
         if "interleaved->half" in (case.get("np_check") or "") or case[
             "config_dict"
         ].get("rope_interleave"):
@@ -76,6 +86,7 @@ def _apply(layer: fp.LayerRope, x: np.ndarray, case: dict, *, is_query: bool):
             # positional, but on the way to the scores the fixture records.
             eps = case["config_dict"]["rms_norm_eps"]
             x = x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + eps)
+        x = x * _post_rope_factor(case, x.shape[-1], is_query=is_query)
     if is_query and layer.query_scaling is not None:
         positions = position_ids if position_ids.ndim == 2 else position_ids[0]
         if layer.query_scaling.offset == 1:  # Llama 4 counts the cache index
@@ -109,7 +120,7 @@ def test_reader_and_apply_reproduce_transformers(name, form):
             fp.read_hf_rope(case[form])
         return
     config = dict(case[form])
-    for key in ("layer_types", "no_rope_layers"):
+    for key in ("layer_types", "no_rope_layers", "layer_rope_theta"):
         if _defaults.DEFAULTS[case["model_type"]].get(f"{key}_required"):
             if key not in config:  # a class rule we do not repeat: refuse, then
                 with pytest.raises(ValueError, match=f"needs `{key}`"):

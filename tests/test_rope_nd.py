@@ -401,7 +401,13 @@ def test_mrope_keeps_bfloat16():
 
 
 MROPE_BAD_INPUTS = [
-    ((2, 8, 2, 128), (3, 2, 8), (16, 24, 20), ValueError, r"`mrope_section` must sum"),
+    (
+        (2, 8, 2, 128),
+        (3, 2, 8),
+        (16, 24, 20),
+        ValueError,
+        r"Contiguous `mrope_section` must sum",
+    ),
     ((2, 8, 2, 128), (3, 2, 8), (16, 24, 0, 24), ValueError, r"mrope_section\[2\]"),
     ((2, 8, 2, 128), (3, 2, 8), (16, 24.0, 24), TypeError, r"mrope_section\[1\]"),
     ((2, 8, 2, 128), (3, 2, 8), 64, TypeError, "`mrope_section`"),

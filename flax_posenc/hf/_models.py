@@ -23,7 +23,8 @@ class Model:
       interleave_key: its code reads ``rope_interleave`` (default from the class).
       head_dim: where the rotated head size comes from: ``"head_dim"`` (the key,
         else ``hidden_size // num_attention_heads``), ``"ratio"`` (always the
-        ratio), ``"qk_rope_head_dim"`` (MLA's rotated slice).
+        ratio), ``"twice_ratio"`` (Zamba 2's shared attention on the concatenated
+        ``2 * hidden_size``), ``"qk_rope_head_dim"`` (MLA's rotated slice).
       rotary_dim_key: a key giving the rotated features directly (GPT-J's
         ``rotary_dim``; None there means the whole head).
       partial_keys: legacy top-level names of the partial rotary factor.
@@ -33,7 +34,13 @@ class Model:
         ``"sliding_only"`` (Cohere 2: RoPE only on sliding-window layers, none
         without a ``sliding_window``), ``"sliding_or_no_window"`` (EXAONE 4: NoPE
         on full-attention layers when a ``sliding_window`` is set),
-        ``"position_embedding_type"`` (RoPE only when it is ``"rope"``).
+        ``"position_embedding_type"`` (RoPE only when it is ``"rope"``),
+        ``"use_mem_rope"`` (Zamba 2: RoPE only when that flag is true),
+        ``"layer_rope_theta"`` (Granite SWA: a per-layer base, 0 = NoPE),
+        ``"layer_rope_switch"`` (Muse: the same list, read only as on/off; its
+        rotary module uses ``rope_theta``, so other nonzero entries raise), ``"all"``
+        (Jamba, Nemotron-H: the modeling code defines a rotary function and never
+        calls it).
       query_scaling: ``"llama4"`` (``attn_temperature_tuning`` on NoPE layers) or
         ``"llama_4_scaling_beta"`` (every layer, from the rope block).
       softmax_mscale: YaRN's ``mscale_all_dim`` also scales the softmax (DeepSeek).
@@ -45,9 +52,23 @@ class Model:
         short factors in both regimes (its rotary module calls the init function
         without a sequence length).
       mrope_section: the M-RoPE sections the rotary module defaults to.
-      global_head_dim: Gemma 4: full-attention layers use ``global_head_dim`` (v4)
-        or ``per_layer_config["full_attention"]["head_dim"]`` (v5), defaulting to
-        this value.
+      global_head_dim: Gemma 4: full-attention layers use the ``head_dim`` of
+        their ``per_layer_config`` entries (v5), else ``global_head_dim`` (v4),
+        defaulting to this value.
+      fixed_theta: the rotary base, when the model has no RoPE keys at all
+        (RoFormer's sinusoidal table); a RoPE key in the config then raises.
+      unsupported_flags: boolean keys that, when true, make the model do something
+        a :class:`~flax_posenc.LayerRope` does not describe (RoFormer's
+        ``rotary_value`` also rotates the values).
+      position_sign: -1 where the model rotates by ``-theta`` (NanoChat's
+        ``rotate_half`` has flipped signs).
+      ignored_keys: top-level keys of published configs that the model's code
+        never reads (Phi-3.5-MoE's ``original_max_position_embeddings``).
+      dangling_keys: flat keys transformers drops from a per-layer-type
+        ``rope_parameters`` (Cohere Compass's published config).
+      paired_mlp: ``config.to_dict()`` writes ``layer_types`` as (attention,
+        ``"mlp"``) pairs with ``num_hidden_layers`` doubled, which the class halves
+        back on load (Dory).
     """
 
     layout: str = "half"
@@ -66,6 +87,12 @@ class Model:
     mscale_regimes: bool = False
     global_head_dim: int | None = None
     mrope_section: tuple[int, ...] | None = None
+    fixed_theta: float | None = None
+    unsupported_flags: tuple[str, ...] = ()
+    position_sign: int = 1
+    ignored_keys: frozenset[str] = frozenset()
+    dangling_keys: frozenset[str] = frozenset()
+    paired_mlp: bool = False
 
 
 COMMON = Model()
@@ -164,6 +191,45 @@ MODELS: dict[str, Model] = {
     "glm4_moe_lite": MLA,
     "minicpm3": Model(head_dim="qk_rope_head_dim", softmax_mscale=True),
     "blt_global_transformer": INTERLEAVED,
+    "dory": Model(paired_mlp=True),
+    "flint": Model(nope="sliding_only"),
+    "openai_privacy_filter": INTERLEAVED,
+    "muse_glimmer_text": Model(nope="layer_rope_switch"),
+    "muse_spark_text": Model(nope="layer_rope_switch"),
+    "granite_swa": Model(nope="layer_rope_theta"),
+    "granitemoe_swa": Model(nope="layer_rope_theta"),
+    "zamba2": Model(head_dim="twice_ratio", nope="use_mem_rope"),
+    "jamba": Model(nope="all"),
+    "nemotron_h": Model(nope="all"),
+    "roformer": Model(
+        layout="interleaved",
+        head_dim="ratio",
+        fixed_theta=10000.0,
+        unsupported_flags=("rotary_value",),
+    ),
+    "nanochat": Model(position_sign=-1),
+    "phimoe": Model(
+        mscale_regimes=True,
+        block_keys=frozenset({"short_mscale", "long_mscale"}),
+        ignored_keys=frozenset({"original_max_position_embeddings"}),
+    ),
+    "diffusion_gemma_text": Model(global_head_dim=512),
+    "dots3_note_text": _MLA_INTERLEAVED,
+    "qwen4_exp_text": _mrope("interleaved", (11, 11, 10)),
+    "hy_v4_vl_text": Model(
+        layout="interleaved",
+        head_dim="qk_rope_head_dim",
+        softmax_mscale=True,
+        mrope="interleaved",
+        mrope_section=(24, 20, 20),
+        block_keys=_MROPE_KEYS,
+    ),
+    "cohere_compass_text": Model(
+        mrope="interleaved",
+        mrope_section=(24, 20, 20),
+        block_keys=_MROPE_KEYS,
+        dangling_keys=frozenset({"rope_theta", "rope_type"}),
+    ),
 }
 """Model types whose RoPE differs from the common behaviour."""
 
@@ -207,6 +273,10 @@ COMMON_TYPES: frozenset[str] = frozenset(
         "lfm2_moe",
         "dots1",
         "dbrx",
+        "diffllama",
+        "gradium_phonon_tts",
+        "jetmoe",
+        "pocket_tts",
         "chameleon",
         "gpt_oss",
         "higgs_audio_v2",
@@ -214,9 +284,7 @@ COMMON_TYPES: frozenset[str] = frozenset(
         "granite",
         "granite4_vision_text",
         "granite_docling_text",
-        "granite_swa",
         "granitemoe",
-        "granitemoe_swa",
         "granitemoeshared",
         "gte",
         "hrm_text",

@@ -93,6 +93,8 @@ class LayerRope:
         covers: ``"first"``, or ``"last"`` for multi-head latent attention
         (DeepSeek-V2/V3 heads are ``[nope | rope]``: apply RoPE to
         ``q[..., -rope.head_dim:]``).
+      position_sign: ``-1`` where the model rotates by ``-theta`` (NanoChat): apply
+        RoPE at ``-positions``.
     """
 
     rope: RopeConfig | None
@@ -101,6 +103,7 @@ class LayerRope:
     query_scaling: QueryScaling | None = None
     softmax_scale_factor: float = 1.0
     rope_features: Literal["first", "last"] = "first"
+    position_sign: Literal[1, -1] = 1
 
     def only_rope(self, what: str) -> RopeConfig:
         """The ``RopeConfig``, or a ValueError if the layer needs more than it."""
@@ -113,6 +116,8 @@ class LayerRope:
             extras.append(f"a query scaling {self.query_scaling}")
         if self.softmax_scale_factor != 1.0:
             extras.append(f"a softmax scale factor {self.softmax_scale_factor}")
+        if self.position_sign == -1:
+            extras.append("rotation by -theta (apply RoPE at -positions)")
         if extras or self.rope is None:
             raise ValueError(
                 f"{what} has {', '.join(extras)}: a RopeConfig alone would drop it. "
@@ -246,7 +251,22 @@ def _blocks(cfg: _Config) -> dict[str | None, dict | None]:
     nested_default = bool(default) and all(
         isinstance(v, Mapping) or v is None for v in default.values()
     )
+    if cfg.model.fixed_theta is not None:
+        keys = [
+            k
+            for k in ("rope_parameters", "rope_scaling", "rope_theta")
+            if k in cfg.config
+        ]
+        if keys:
+            raise ValueError(
+                f"config {keys}: transformers' {cfg.model_type!r} has no RoPE keys "
+                f"(its rotary base is fixed at {cfg.model.fixed_theta}); remove them."
+            )
+        return {None: {"rope_theta": cfg.model.fixed_theta}}
     given = copy.deepcopy(dict(given)) if given else None
+    if given and any(isinstance(v, Mapping) or v is None for v in given.values()):
+        for key in cfg.model.dangling_keys:  # as transformers drops them
+            given.pop(key, None)
     theta = cfg.explicit("rope_theta")
     for key in cfg.model.theta_keys:  # legacy names, e.g. GPT-NeoX's rotary_emb_base
         if theta is None:
@@ -346,12 +366,69 @@ def _check_keys(cfg: _Config, block: Mapping[str, Any], rope_type: str, where: s
 # --------------------------------------------------------------------------------------
 
 
-def _head_dim(cfg: _Config, layer_type: str | None) -> int:
+def _layer_overrides(
+    cfg: _Config, layer_types: tuple[str, ...] | None, layer_type: str | None
+) -> dict[str, Any]:
+    """The ``per_layer_config`` overrides shared by the layers of ``layer_type``
+    (transformers' per-layer-type view refuses layers of one type that differ)."""
+    per_layer = cfg.config.get("per_layer_config")
+    if not per_layer:
+        return {}
+    if not isinstance(per_layer, Mapping):
+        raise TypeError(
+            f"{cfg.where('per_layer_config')} must be a dict, got {per_layer!r}."
+        )
+    by_index: dict[int, Any] = {}
+    for key, value in per_layer.items():
+        if (
+            isinstance(key, bool)
+            or not str(key).isdigit()
+            or not isinstance(value, Mapping)
+        ):
+            raise ValueError(
+                f"{cfg.where('per_layer_config')} must map layer indices to dicts of "
+                f"overrides, got {key!r}: {value!r}."
+            )
+        by_index[int(key)] = dict(value)
+    rope_keys = sorted(
+        {
+            k
+            for v in by_index.values()
+            for k in v
+            if k == "head_dim"
+            or "rope" in k
+            or "rotary" in k
+            or k.startswith("partial")
+        }
+    )
+    if (rope_keys and cfg.model.global_head_dim is None) or set(rope_keys) - {
+        "head_dim"
+    }:
+        raise ValueError(
+            f"{cfg.where('per_layer_config')} overrides {rope_keys} per layer, which "
+            f"transformers' {cfg.model_type!r} rotary module does not read per layer; "
+            "flax_posenc does not guess which one it uses."
+        )
+    indices = [i for i, t in enumerate(layer_types or ()) if t == layer_type]
+    chosen = {repr(sorted(by_index.get(i, {}).items())) for i in indices}
+    if len(chosen) > 1:
+        raise ValueError(
+            f"{cfg.where('per_layer_config')}: the {layer_type!r} layers {indices} have "
+            "different overrides; transformers refuses that too."
+        )
+    return by_index.get(indices[0], {}) if indices else {}
+
+
+def _head_dim(
+    cfg: _Config, layer_type: str | None, layer_types: tuple[str, ...] | None
+) -> int:
+    overrides = _layer_overrides(cfg, layer_types, layer_type)
+    if "head_dim" in overrides:
+        return check_length(
+            cfg.where("per_layer_config head_dim"), overrides["head_dim"]
+        )
     if cfg.model.global_head_dim is not None and layer_type == "full_attention":
-        per_layer = cfg.config.get("per_layer_config") or {}
-        value = (per_layer.get("full_attention") or {}).get("head_dim")
-        if value is None:
-            value = cfg.config.get("global_head_dim", cfg.model.global_head_dim)
+        value = cfg.config.get("global_head_dim", cfg.model.global_head_dim)
         return check_length(cfg.where("global_head_dim"), value)
     rule = cfg.model.head_dim
     if rule == "qk_rope_head_dim":
@@ -364,9 +441,10 @@ def _head_dim(cfg: _Config, layer_type: str | None) -> int:
             f"The {cfg.model_type!r} config names no head_dim, and not both "
             "hidden_size and num_attention_heads."
         )
-    return check_length(cfg.where("hidden_size"), hidden) // check_length(
-        cfg.where("num_attention_heads"), heads
-    )
+    width = check_length(cfg.where("hidden_size"), hidden)
+    if rule == "twice_ratio":  # attention over [hidden, embeddings] (Zamba 2)
+        width *= 2
+    return width // check_length(cfg.where("num_attention_heads"), heads)
 
 
 def _partial(cfg: _Config, block: Mapping[str, Any], where: str) -> float:
@@ -395,7 +473,10 @@ def _original(cfg: _Config, block: Mapping[str, Any], where: str) -> int:
     if "original_max_position_embeddings" in cfg.defaults:
         value = cfg.get("original_max_position_embeddings")
         return check_length(cfg.where("original_max_position_embeddings"), value)
-    if cfg.explicit("original_max_position_embeddings") is not None:
+    if (
+        cfg.explicit("original_max_position_embeddings") is not None
+        and "original_max_position_embeddings" not in cfg.model.ignored_keys
+    ):
         raise ValueError(
             f"{cfg.where('original_max_position_embeddings')}: transformers ignores "
             f"a top-level original_max_position_embeddings for {cfg.model_type!r} "
@@ -503,14 +584,17 @@ def _layout(cfg: _Config) -> str:
 
 
 def _layer_rope(
-    cfg: _Config, block: Mapping[str, Any] | None, layer_type: str | None
+    cfg: _Config,
+    block: Mapping[str, Any] | None,
+    layer_type: str | None,
+    layer_types: tuple[str, ...] | None,
 ) -> LayerRope:
     where = "rope_parameters" + ("" if layer_type is None else f"[{layer_type!r}]")
     if block is None:
         return LayerRope(rope=None)
     rope_type = _rope_type(block, where)
     _check_keys(cfg, block, rope_type, where)
-    head_dim = _head_dim(cfg, layer_type)
+    head_dim = _head_dim(cfg, layer_type, layer_types)
     theta = check_float(f"{where}['rope_theta']", block.get("rope_theta", 10000.0))
     if cfg.model.rotary_dim_key is not None:
         rotary = cfg.get(cfg.model.rotary_dim_key)
@@ -542,9 +626,15 @@ def _layer_rope(
             block.get("mrope_section", cfg.model.mrope_section),
         )
         mrope_interleaved = cfg.model.mrope == "interleaved"
-        if "mrope_interleaved" in block:
-            mrope_interleaved = check_bool(
-                f"{where}['mrope_interleaved']", block["mrope_interleaved"]
+        given = block.get("mrope_interleaved")
+        if (
+            given is not None
+            and check_bool(f"{where}['mrope_interleaved']", given) != mrope_interleaved
+        ):
+            raise ValueError(
+                f"{where}['mrope_interleaved'] is {given}, but transformers' "
+                f"{cfg.model_type!r} rotary module ignores the key and always uses "
+                f"{cfg.model.mrope} sections; remove it."
             )
     elif block.get("mrope_section") is not None:
         raise ValueError(
@@ -571,6 +661,7 @@ def _layer_rope(
         query_scaling=query_scaling,
         softmax_scale_factor=softmax,
         rope_features="last" if cfg.model.head_dim == "qk_rope_head_dim" else "first",
+        position_sign=-1 if cfg.model.position_sign == -1 else 1,
     )
 
 
@@ -580,7 +671,7 @@ def _layer_rope(
 
 
 def _layer_types(cfg: _Config, count: int) -> tuple[str, ...] | None:
-    values = cfg.config.get("layer_types")
+    values = cfg.explicit("layer_types")
     if values is None:
         if cfg.defaults.get("layer_types_required"):
             raise ValueError(
@@ -591,6 +682,8 @@ def _layer_types(cfg: _Config, count: int) -> tuple[str, ...] | None:
         unit = cfg.defaults.get("layer_types_pattern")
         if unit is None:
             return None
+        if cfg.model.paired_mlp:
+            unit = unit[::2]
         values = [unit[i % len(unit)] for i in range(count)]
     if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
         raise TypeError(f"{cfg.where('layer_types')} must be a list of strings.")
@@ -600,6 +693,25 @@ def _layer_types(cfg: _Config, count: int) -> tuple[str, ...] | None:
             f"num_hidden_layers = {count}."
         )
     return tuple(values)
+
+
+def _layer_thetas(cfg: _Config, count: int) -> tuple[float, ...]:
+    """``layer_rope_theta``: one base per layer, 0 for NoPE (Granite SWA, Muse)."""
+    values = cfg.config.get("layer_rope_theta")
+    if values is None and cfg.model.nope == "layer_rope_theta":
+        return (None,) * count  # type: ignore[return-value]  # rope_theta everywhere
+    if values is None:
+        raise ValueError(
+            f"The {cfg.model_type!r} config needs `layer_rope_theta`: its class "
+            "derives it from the layer count; give the list (config.to_dict() has it)."
+        )
+    thetas = _numbers(cfg.where("layer_rope_theta"), values)
+    if len(thetas) != count:
+        raise ValueError(
+            f"{cfg.where('layer_rope_theta')} has {len(thetas)} entries for "
+            f"num_hidden_layers = {count}."
+        )
+    return thetas
 
 
 def _uses_rope(cfg: _Config, count: int, layer_types: tuple[str, ...] | None):
@@ -625,6 +737,11 @@ def _uses_rope(cfg: _Config, count: int, layer_types: tuple[str, ...] | None):
                 f"num_hidden_layers = {count}."
             )
         return flags
+    if cfg.model.nope == "use_mem_rope":  # Zamba 2 opts in
+        flag = check_bool(cfg.where("use_mem_rope"), cfg.get("use_mem_rope", False))
+        return (flag,) * count
+    if cfg.model.nope in ("layer_rope_theta", "layer_rope_switch"):
+        return tuple(theta != 0 for theta in _layer_thetas(cfg, count))
     if cfg.model.nope == "position_embedding_type":  # Granite hybrids opt in
         value = cfg.get("position_embedding_type")
         if value not in (None, "rope"):
@@ -686,11 +803,46 @@ def read_hf_rope(config: Mapping[str, Any]) -> HFRope:
     for alias in ("num_layers", "n_layer"):  # classes that name it otherwise
         if count is None:
             count = cfg.config.get(alias)
+    types = cfg.explicit("layer_types")
+    if count is None and isinstance(types, list):  # Nemotron-H: derived from them
+        count = len(types)
     count = check_length(cfg.where("num_hidden_layers"), count)
+    if cfg.model.paired_mlp and isinstance(types, list) and "mlp" in types:
+        if types[1::2] != ["mlp"] * (len(types) // 2) or len(types) % 2:
+            raise ValueError(
+                f"{cfg.where('layer_types')} must alternate attention types and "
+                f"'mlp' (as {cfg.model_type!r}'s to_dict writes them), got {types}."
+            )
+        # As the class does on load: one decoder layer per (attention, mlp) pair.
+        cfg.config = {**cfg.config, "layer_types": types[::2]}
+        count //= 2
+    if cfg.model.nope == "all":  # the model never calls its rotary function
+        return HFRope(cfg.model_type, (LayerRope(rope=None),) * count, None)
+    for flag in cfg.model.unsupported_flags:
+        if check_bool(cfg.where(flag), cfg.get(flag, False)):
+            raise ValueError(
+                f"{cfg.where(flag)} is true: transformers' {cfg.model_type!r} then "
+                "does more than a LayerRope describes; read its modeling code."
+            )
     layer_types = _layer_types(cfg, count)
     blocks = _blocks(cfg)
-    per_type = {key: _layer_rope(cfg, block, key) for key, block in blocks.items()}
+    per_type = {
+        key: _layer_rope(cfg, block, key, layer_types) for key, block in blocks.items()
+    }
     uses_rope = _uses_rope(cfg, count, layer_types)
+    thetas: tuple[float | None, ...] = (None,) * count
+    if cfg.model.nope in ("layer_rope_theta", "layer_rope_switch"):
+        thetas = _layer_thetas(cfg, count)
+    if cfg.model.nope == "layer_rope_switch":  # its rotary module uses rope_theta
+        theta = per_type[None].rope.theta  # type: ignore[union-attr]
+        for i, value in enumerate(thetas):
+            if value not in (None, 0, theta):
+                raise ValueError(
+                    f"{cfg.where('layer_rope_theta')}[{i}] is {value}: transformers' "
+                    f"{cfg.model_type!r} reads it only as RoPE on/off and rotates with "
+                    f"rope_theta = {theta}; give 0 or {theta}."
+                )
+        thetas = (None,) * count
     temperature = None
     if cfg.model.query_scaling == "llama4" and check_bool(
         cfg.where("attn_temperature_tuning"), cfg.get("attn_temperature_tuning", False)
@@ -717,6 +869,9 @@ def read_hf_rope(config: Mapping[str, Any]) -> HFRope:
             layer = per_type[kind]
         if not uses_rope[index]:
             layer = LayerRope(rope=None, query_scaling=temperature)
+        elif thetas[index] is not None and layer.rope is not None:  # Granite SWA
+            rope = dataclasses.replace(layer.rope, theta=thetas[index])
+            layer = dataclasses.replace(layer, rope=rope)
         layers.append(layer)
     return HFRope(cfg.model_type, tuple(layers), layer_types)
 
