@@ -44,7 +44,9 @@ class Model:
       query_scaling: ``"llama4"`` (``attn_temperature_tuning`` on NoPE layers) or
         ``"llama_4_scaling_beta"`` (every layer, from the rope block).
       softmax_mscale: YaRN's ``mscale_all_dim`` also scales the softmax (DeepSeek).
-      mrope: ``"contiguous"`` or ``"interleaved"`` M-RoPE sections.
+      mrope: ``"contiguous"`` or ``"interleaved"`` M-RoPE sections, or
+        ``"alternating"`` (NeoMME: pair ``j`` from row ``j % 2``, whatever the
+        sections; read as interleaved sections ``(R/4, R/4)``).
       local_theta_key: v4 key of the sliding layers' theta (Gemma 3).
       block_keys: extra keys of the rope block this model reads itself.
       alpha: Hunyuan's ``alpha`` in a ``dynamic`` block means static NTK.
@@ -66,6 +68,12 @@ class Model:
         never reads (Phi-3.5-MoE's ``original_max_position_embeddings``).
       dangling_keys: flat keys transformers drops from a per-layer-type
         ``rope_parameters`` (Cohere Compass's published config).
+      layer_blocks: which ``rope_parameters`` block each layer type uses, where the
+        blocks are not named after layer types (DeepSeek-V4's ``main`` for
+        sliding-window layers, ``compress`` for the compressed ones); the flat v4
+        form is split into those blocks as the class does.
+      rope_slice_last: RoPE on the last ``int(head_dim * partial_rotary_factor)``
+        features of the head (DeepSeek-V4's ``[nope | rope]`` heads).
       paired_mlp: ``config.to_dict()`` writes ``layer_types`` as (attention,
         ``"mlp"``) pairs with ``num_hidden_layers`` doubled, which the class halves
         back on load (Dory).
@@ -93,6 +101,8 @@ class Model:
     ignored_keys: frozenset[str] = frozenset()
     dangling_keys: frozenset[str] = frozenset()
     paired_mlp: bool = False
+    layer_blocks: tuple[tuple[str, str], ...] = ()
+    rope_slice_last: bool = False
 
 
 COMMON = Model()
@@ -192,6 +202,16 @@ MODELS: dict[str, Model] = {
     "minicpm3": Model(head_dim="qk_rope_head_dim", softmax_mscale=True),
     "blt_global_transformer": INTERLEAVED,
     "dory": Model(paired_mlp=True),
+    "neomme": Model(mrope="alternating"),
+    "deepseek_v4": Model(
+        layout="interleaved",
+        rope_slice_last=True,
+        layer_blocks=(
+            ("sliding_attention", "main"),
+            ("compressed_sparse_attention", "compress"),
+            ("heavily_compressed_attention", "compress"),
+        ),
+    ),
     "flint": Model(nope="sliding_only"),
     "openai_privacy_filter": INTERLEAVED,
     "muse_glimmer_text": Model(nope="layer_rope_switch"),

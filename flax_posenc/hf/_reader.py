@@ -237,6 +237,39 @@ def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
 # --------------------------------------------------------------------------------------
 
 
+def _split_blocks(cfg: _Config, given: dict | None) -> dict[str | None, dict | None]:
+    """DeepSeek-V4's blocks from its flat v4 form, as its config class splits them:
+    ``main`` (plain RoPE at ``rope_theta``) and ``compress`` (the flat block, e.g.
+    YaRN with ``attention_factor`` 1, at ``compress_rope_theta``)."""
+    names = sorted({block for _, block in cfg.model.layer_blocks})
+    if given and all(isinstance(given.get(name), Mapping) for name in names):
+        return {name: dict(given[name]) for name in names}
+    flat = {k: v for k, v in (given or {}).items() if k not in names}
+    nested = cfg.defaults["rope_parameters"]
+    partial = cfg.explicit("partial_rotary_factor")
+    rope_dim = cfg.explicit("qk_rope_head_dim")  # the legacy spelling
+    if partial is None and rope_dim is not None:
+        head = check_length(cfg.where("head_dim"), cfg.get("head_dim"))
+        partial = check_length(cfg.where("qk_rope_head_dim"), rope_dim) / head
+    if partial is None:
+        partial = cfg.defaults["partial_rotary_factor"]
+    main = {
+        "rope_type": "default",
+        "rope_theta": cfg.explicit("rope_theta") or nested["main"]["rope_theta"],
+        "partial_rotary_factor": partial,
+    }
+    rope_type = flat.pop("rope_type", flat.pop("type", "default"))
+    compress = {
+        **flat,
+        "rope_type": rope_type,
+        "rope_theta": cfg.get("compress_rope_theta", nested["compress"]["rope_theta"]),
+        "partial_rotary_factor": partial,
+    }
+    if rope_type == "yarn":
+        compress.setdefault("attention_factor", 1.0)
+    return {"main": main, "compress": compress}
+
+
 def _blocks(cfg: _Config) -> dict[str | None, dict | None]:
     """The rope block of every layer type (``None``: one block for all layers)."""
     given = cfg.config.get("rope_parameters")
@@ -247,6 +280,8 @@ def _blocks(cfg: _Config) -> dict[str | None, dict | None]:
             f"config['rope_parameters'/'rope_scaling'] must be a dict or null, got "
             f"{given!r}."
         )
+    if cfg.model.layer_blocks:
+        return _split_blocks(cfg, None if given is None else dict(given))
     default = cfg.defaults.get("rope_parameters") or {}
     nested_default = bool(default) and all(
         isinstance(v, Mapping) or v is None for v in default.values()
@@ -409,14 +444,18 @@ def _layer_overrides(
             f"transformers' {cfg.model_type!r} rotary module does not read per layer; "
             "flax_posenc does not guess which one it uses."
         )
+    if not rope_keys:
+        return {}
     indices = [i for i, t in enumerate(layer_types or ()) if t == layer_type]
-    chosen = {repr(sorted(by_index.get(i, {}).items())) for i in indices}
+    chosen = {by_index.get(i, {}).get("head_dim") for i in indices}
     if len(chosen) > 1:
         raise ValueError(
             f"{cfg.where('per_layer_config')}: the {layer_type!r} layers {indices} have "
-            "different overrides; transformers refuses that too."
+            f"different head_dim overrides {sorted(map(str, chosen))}; transformers' "
+            "rotary module refuses that too."
         )
-    return by_index.get(indices[0], {}) if indices else {}
+    value = chosen.pop() if chosen else None
+    return {} if value is None else {"head_dim": value}
 
 
 def _head_dim(
@@ -610,6 +649,8 @@ def _layer_rope(
         # factor applies to the full head: int(128 * 0.5) == qk_rope_head_dim)
     else:
         rotary = int(head_dim * _partial(cfg, block, where))
+    if cfg.model.rope_slice_last:  # the rotated slice is the last `rotary` features
+        head_dim = rotary
     scaling = _scaling(cfg, block, rope_type, where)
     rope = RopeConfig(
         head_dim=head_dim,
@@ -620,7 +661,15 @@ def _layer_rope(
     )
     mrope_section = None
     mrope_interleaved = False
-    if cfg.model.mrope is not None:
+    if cfg.model.mrope == "alternating":  # rows alternate pair by pair
+        if block.get("mrope_section") is not None:
+            raise ValueError(
+                f"{where} has mrope_section, which transformers' {cfg.model_type!r} "
+                "ignores (its pairs alternate between the two rows); remove it."
+            )
+        half = (rotary - rotary % 2) // 2
+        mrope_section, mrope_interleaved = (half // 2, half - half // 2), True
+    elif cfg.model.mrope is not None:
         mrope_section = _lengths(
             f"{where}['mrope_section']",
             block.get("mrope_section", cfg.model.mrope_section),
@@ -660,7 +709,9 @@ def _layer_rope(
         mrope_interleaved=mrope_interleaved,
         query_scaling=query_scaling,
         softmax_scale_factor=softmax,
-        rope_features="last" if cfg.model.head_dim == "qk_rope_head_dim" else "first",
+        rope_features="last"
+        if cfg.model.head_dim == "qk_rope_head_dim" or cfg.model.rope_slice_last
+        else "first",
         position_sign=-1 if cfg.model.position_sign == -1 else 1,
     )
 
@@ -858,6 +909,7 @@ def read_hf_rope(config: Mapping[str, Any]) -> HFRope:
             layer = per_type[None]
         else:
             kind = layer_types[index] if layer_types else None
+            kind = dict(cfg.model.layer_blocks).get(kind, kind)  # type: ignore[arg-type]
             if kind is not None and kind not in per_type and "attention" not in kind:
                 layers.append(LayerRope(rope=None))  # an MLP / conv layer: no attention
                 continue
