@@ -48,6 +48,7 @@ from flax_posenc.rope import rope_cos_sin as rope_cos_sin
 from flax_posenc.rope import rope_frequencies as rope_frequencies
 from flax_posenc.rope import rope_permute_layout as rope_permute_layout
 from flax_posenc.rope import rope_rotate as rope_rotate
+from flax_posenc.rope_nd import MropeLayout as MropeLayout
 from flax_posenc.rope_nd import apply_axial_rope as apply_axial_rope
 from flax_posenc.rope_nd import apply_mrope as apply_mrope
 from flax_posenc.rope_nd import axial_rope_cos_sin as axial_rope_cos_sin
@@ -80,6 +81,7 @@ __all__ = [
     "LinearScaling",
     "Llama3Scaling",
     "LongRopeScaling",
+    "MropeLayout",
     "NTKScaling",
     "OutOfRange",
     "ProportionalScaling",

@@ -19,8 +19,12 @@ pairs and frequencies are shared out:
   ``mrope_section`` (e.g. ``(16, 24, 24)`` for ``H = 128``); section ``a`` takes its
   angles from position row ``a`` (temporal, height, width). Text tokens carry three
   equal rows, so M-RoPE is then exactly 1-D RoPE. Qwen3-VL interleaves the rows
-  over the pairs instead (``mrope_interleaved=True``: pair ``j`` takes row
-  ``j % 3`` within each row's section size).
+  over the pairs instead (``mrope_layout="interleaved"``: pair ``j`` takes row
+  ``j % 3`` within each row's section size); Ernie-4.5-VL alternates height and
+  width pair by pair and ends with the temporal pairs
+  (``mrope_layout="hw_alternating"``). HunYuan-VL's XD-RoPE (``mrope_layout="xd"``)
+  gives rows to features rather than pairs: the two halves of a ``rotate_half``
+  pair may take different rows, so it is a rotation only where those agree (text).
 
 Positions are integers, as everywhere in flax_posenc: building them (patch grid,
 image token offsets) is the caller's job, with
@@ -31,14 +35,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from flax_posenc._validation import (
-    check_bool,
+    check_choice,
     check_heads_array,
     check_integer_array,
     check_positive_int,
@@ -48,11 +52,18 @@ from flax_posenc.rope import RopeConfig, RopeTables, rope_cos_sin, rope_rotate
 from flax_posenc.rope_scaling import SeqLen
 
 __all__ = [
+    "MropeLayout",
     "apply_axial_rope",
     "apply_mrope",
     "axial_rope_cos_sin",
     "mrope_cos_sin",
 ]
+
+MropeLayout = Literal["contiguous", "interleaved", "hw_alternating", "xd"]
+"""How M-RoPE shares the rotary pairs out among the position rows (see
+:func:`mrope_cos_sin`): Qwen2-VL's ``"contiguous"`` sections, Qwen3-VL's
+``"interleaved"`` rows, Ernie-4.5-VL's ``"hw_alternating"``, HunYuan-VL's ``"xd"``
+(rows per feature)."""
 
 
 def axial_rope_cos_sin(
@@ -148,7 +159,7 @@ def apply_axial_rope(
 
 
 def _check_mrope_section(
-    mrope_section: Any, config: RopeConfig, interleaved: bool
+    mrope_section: Any, config: RopeConfig, layout: MropeLayout
 ) -> tuple[int, ...]:
     if isinstance(mrope_section, (str, bytes)) or not isinstance(
         mrope_section, Sequence
@@ -162,12 +173,28 @@ def _check_mrope_section(
         for a, n in enumerate(mrope_section)
     )
     half: int = config.rotary_dim // 2  # type: ignore[operator]
-    if not interleaved and sum(sections) != half:
+    if layout == "hw_alternating" and (
+        len(sections) != 3 or sections[0] != sections[1]
+    ):
         raise ValueError(
-            f"Contiguous `mrope_section` must sum to config.rotary_dim // 2 ({half}), got "
-            f"{list(sections)} (sum {sum(sections)})."
+            "`mrope_section` must be (s_h, s_w, s_t) with s_h == s_w for "
+            f"mrope_layout='hw_alternating', got {list(sections)}."
+        )
+    if layout == "xd" and config.layout != "half":
+        raise ValueError(
+            "mrope_layout='xd' (HunYuan-VL's XD-RoPE) rotates rotate_half pairs: "
+            f"config.layout must be 'half', got {config.layout!r}."
+        )
+    if layout != "interleaved" and sum(sections) != half:
+        raise ValueError(
+            f"`mrope_section` must sum to config.rotary_dim // 2 ({half}) for "
+            f"mrope_layout={layout!r}, got {list(sections)} (sum {sum(sections)})."
         )
     return sections
+
+
+def _check_mrope_layout(layout: Any) -> MropeLayout:
+    return check_choice("mrope_layout", layout, get_args(MropeLayout))  # type: ignore[return-value]
 
 
 def _check_mrope_positions(positions: Any, sections: tuple[int, ...]) -> jax.Array:
@@ -181,18 +208,30 @@ def _check_mrope_positions(positions: Any, sections: tuple[int, ...]) -> jax.Arr
     return positions
 
 
-def _mrope_rows(sections: tuple[int, ...], interleaved: bool, half: int) -> np.ndarray:
+def _mrope_rows(
+    sections: tuple[int, ...], layout: MropeLayout, half: int
+) -> np.ndarray:
     """The position row each rotary pair takes its angle from, int ``[R/2]``.
 
     Contiguous (Qwen2-VL): ``sections[0]`` pairs from row 0, then ``sections[1]``
     from row 1, ... Interleaved (Qwen3-VL's ``apply_interleaved_mrope``): pair ``j``
     takes row ``a = j % A`` while ``j < A * sections[a]`` (for ``a >= 1``), else row 0.
+    HW-alternating (Ernie-4.5-VL): pairs ``j < 2 * sections[0]`` take row 1 (even
+    ``j``) or 2 (odd ``j``), the rest row 0. XD (HunYuan-VL): one row per feature,
+    ``[R]``: the first ``2 * sections[0]`` features row 0, the next ``2 *
+    sections[1]`` row 1, ...
     """
-    if not interleaved:
+    if layout == "xd":
+        return np.repeat(np.arange(len(sections)), 2 * np.asarray(sections))
+    if layout == "contiguous":
         return np.repeat(np.arange(len(sections)), sections)
-    count = len(sections)
     pairs = np.arange(half)
     rows = np.zeros_like(pairs)
+    if layout == "hw_alternating":
+        hw = pairs < 2 * sections[0]
+        rows[hw] = 1 + pairs[hw] % 2
+        return rows
+    count = len(sections)
     for row in range(1, count):
         rows[(pairs % count == row) & (pairs < count * sections[row])] = row
     return rows
@@ -203,17 +242,21 @@ def mrope_cos_sin(
     config: RopeConfig,
     *,
     mrope_section: Sequence[int],
-    mrope_interleaved: bool = False,
+    mrope_layout: MropeLayout = "contiguous",
     seq_len: SeqLen = None,
 ) -> RopeTables:
     """M-RoPE tables: each pair's angle taken at one of the ``A`` position rows.
 
     ``cos[..., j] = cos(positions[row(j), ...] * inv_freq[j])`` (likewise ``sin``),
     ``inv_freq`` those of ``config`` (scaling and attention factor included).
-    Contiguous sections (Qwen2-VL, ``mrope_interleaved=False``): with
+    Contiguous sections (Qwen2-VL, ``mrope_layout="contiguous"``): with
     ``s_a = mrope_section[0] + ... + mrope_section[a - 1]``, ``row(j) = a`` for
     ``s_a <= j < s_(a+1)``. Interleaved (Qwen3-VL): ``row(j) = j % A`` while
-    ``j < A * mrope_section[j % A]``, else ``0`` (temporal).
+    ``j < A * mrope_section[j % A]``, else ``0`` (temporal). HW-alternating
+    (Ernie-4.5-VL, sections ``(s, s, s_t)``): ``row(j) = 1 + j % 2`` (height,
+    width) for ``j < 2s``, else ``0``. XD (HunYuan-VL): the tables are full width,
+    ``[..., R]``, as ``cat(cos, cos)`` of 1-D RoPE with feature ``f`` taken at row
+    ``a`` for ``2 s_a <= f < 2 s_(a+1)``.
 
     Args:
       positions: integer ``[A, ...]``, ``A = len(mrope_section)`` rows (Qwen2-VL:
@@ -223,27 +266,30 @@ def mrope_cos_sin(
         ``rope_parameters["mrope_section"]``, e.g. ``(16, 24, 24)``). Contiguous
         sections sum to ``config.rotary_dim // 2``; interleaved ones need not
         (pairs they do not reach take row 0, as in transformers).
-      mrope_interleaved: False for Qwen2/2.5-VL's contiguous sections, True for
-        Qwen3-VL's interleaved ones (HF ``mrope_interleaved``).
+      mrope_layout: ``"contiguous"`` (Qwen2/2.5-VL), ``"interleaved"`` (Qwen3-VL)
+        or ``"hw_alternating"`` (Ernie-4.5-VL).
       seq_len: see :func:`flax_posenc.rope_cos_sin`; None means ``max + 1`` over all
         rows.
 
     Returns:
-      ``RopeTables(cos, sin)``, each float32 ``positions.shape[1:] + (R/2,)``.
+      ``RopeTables(cos, sin)``, each float32 ``positions.shape[1:] + (R/2,)``
+      (``(R,)`` for ``"xd"``).
 
     Raises:
       ValueError: sections not summing to ``R/2``, or ``positions.shape[0] != A``.
-      TypeError: non-integer positions or sections, a non-bool
-        ``mrope_interleaved``.
+      TypeError: non-integer positions or sections.
     """
-    interleaved = check_bool("mrope_interleaved", mrope_interleaved)
-    sections = _check_mrope_section(mrope_section, config, interleaved)
+    layout = _check_mrope_layout(mrope_layout)
+    sections = _check_mrope_section(mrope_section, config, layout)
     positions = _check_mrope_positions(positions, sections)
     cos, sin = rope_cos_sin(positions, config, seq_len=seq_len)
-    rows = _mrope_rows(sections, interleaved, config.rotary_dim // 2)  # type: ignore[operator]
+    half: int = config.rotary_dim // 2  # type: ignore[operator]
+    rows = _mrope_rows(sections, layout, half)
 
     def select(table: jax.Array) -> jax.Array:
         # Exact: each pair is copied from its row, no arithmetic across rows.
+        if layout == "xd":  # features, not pairs: the table over the full width
+            table = jnp.concatenate([table, table], -1)
         row_of_pair = jnp.asarray(rows).reshape((1,) * (table.ndim - 2) + rows.shape)
         chosen = table[0]
         for row in range(1, len(sections)):
@@ -259,7 +305,7 @@ def apply_mrope(
     config: RopeConfig,
     *,
     mrope_section: Sequence[int],
-    mrope_interleaved: bool = False,
+    mrope_layout: MropeLayout = "contiguous",
     seq_len: SeqLen = None,
 ) -> jax.Array:
     """Applies multimodal RoPE (M-RoPE: Qwen2-VL, Qwen2.5-VL, Qwen3-VL) to q or k.
@@ -277,7 +323,7 @@ def apply_mrope(
         ``positions.shape[1:]`` broadcastable to ``x.shape[:-2]``.
       config: the RoPE configuration (Qwen2-VL: ``head_dim=128, theta=1e6``).
       mrope_section: see :func:`mrope_cos_sin`.
-      mrope_interleaved: see :func:`mrope_cos_sin` (True for Qwen3-VL).
+      mrope_layout: see :func:`mrope_cos_sin` (``"interleaved"`` for Qwen3-VL).
       seq_len: see :func:`mrope_cos_sin`.
 
     Returns:
@@ -295,8 +341,8 @@ def apply_mrope(
       (1, 10, 28, 128)
     """
     check_heads_array("x", x, config.head_dim)
-    interleaved = check_bool("mrope_interleaved", mrope_interleaved)
-    sections = _check_mrope_section(mrope_section, config, interleaved)
+    layout = _check_mrope_layout(mrope_layout)
+    sections = _check_mrope_section(mrope_section, config, layout)
     positions = _check_mrope_positions(positions, sections)
     if not obeys_positions_rule(positions.shape[1:], x.shape[:-2]):
         raise ValueError(
@@ -308,7 +354,20 @@ def apply_mrope(
         positions,
         config,
         mrope_section=sections,
-        mrope_interleaved=interleaved,
+        mrope_layout=layout,
         seq_len=seq_len,
     )
+    if layout == "xd":
+        return _rotate_half_per_feature(x, cos, sin)
     return rope_rotate(x, cos, sin, layout=config.layout)
+
+
+def _rotate_half_per_feature(x: jax.Array, cos: jax.Array, sin: jax.Array):
+    """``x * cos + rotate_half(x) * sin`` with full-width ``[..., L, R]`` tables on
+    the first ``R`` features, in float32, rounded once to ``x.dtype``."""
+    rotary = cos.shape[-1]
+    head = x[..., :rotary].astype(jnp.float32)
+    first, second = jnp.split(head, 2, axis=-1)
+    rotated = jnp.concatenate([-second, first], -1)
+    out = head * cos[..., None, :] + rotated * sin[..., None, :]
+    return jnp.concatenate([out.astype(x.dtype), x[..., rotary:]], -1)

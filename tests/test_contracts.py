@@ -212,10 +212,10 @@ BAD_VALUES = [
     (lambda: fp.apply_xpos(X, jnp.arange(5), CONFIG, is_key="no"), TypeError, "is_key"),
     (
         lambda: fp.mrope_cos_sin(
-            jnp.zeros((3, 5), int), CONFIG, mrope_section=(2, 1, 1), mrope_interleaved=1
+            jnp.zeros((3, 5), int), CONFIG, mrope_section=(2, 1, 1), mrope_layout=True
         ),
-        TypeError,
-        "mrope_interleaved",
+        ValueError,
+        "mrope_layout",
     ),
     (
         lambda: fp.QueryScaling(scale=0.1, floor_scale=0.0),
@@ -408,7 +408,11 @@ ENCODINGS = {
         x, jnp.stack([p, p, p]), CONFIG, mrope_section=(2, 1, 1)
     ),
     "mrope_interleaved": lambda x, p: fp.apply_mrope(
-        x, jnp.stack([p, p, p]), CONFIG, mrope_section=(2, 1, 1), mrope_interleaved=True
+        x,
+        jnp.stack([p, p, p]),
+        CONFIG,
+        mrope_section=(2, 1, 1),
+        mrope_layout="interleaved",
     ),
     "axial": lambda x, p: fp.apply_axial_rope(x, jnp.stack([p, p], -1), CONFIG),
     "dynamic": lambda x, p: fp.apply_rope(x, p, DYNAMIC),

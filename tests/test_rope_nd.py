@@ -406,7 +406,7 @@ MROPE_BAD_INPUTS = [
         (3, 2, 8),
         (16, 24, 20),
         ValueError,
-        r"Contiguous `mrope_section` must sum",
+        r"`mrope_section` must sum to",
     ),
     ((2, 8, 2, 128), (3, 2, 8), (16, 24, 0, 24), ValueError, r"mrope_section\[2\]"),
     ((2, 8, 2, 128), (3, 2, 8), (16, 24.0, 24), TypeError, r"mrope_section\[1\]"),

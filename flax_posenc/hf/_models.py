@@ -44,7 +44,8 @@ class Model:
       query_scaling: ``"llama4"`` (``attn_temperature_tuning`` on NoPE layers) or
         ``"llama_4_scaling_beta"`` (every layer, from the rope block).
       softmax_mscale: YaRN's ``mscale_all_dim`` also scales the softmax (DeepSeek).
-      mrope: ``"contiguous"`` or ``"interleaved"`` M-RoPE sections, or
+      mrope: the M-RoPE layout (``"contiguous"``, ``"interleaved"``,
+        ``"hw_alternating"``, see :data:`flax_posenc.MropeLayout`), or
         ``"alternating"`` (NeoMME: pair ``j`` from row ``j % 2``, whatever the
         sections; read as interleaved sections ``(R/4, R/4)``).
       local_theta_key: v4 key of the sliding layers' theta (Gemma 3).
@@ -74,6 +75,10 @@ class Model:
         form is split into those blocks as the class does.
       rope_slice_last: RoPE on the last ``int(head_dim * partial_rotary_factor)``
         features of the head (DeepSeek-V4's ``[nope | rope]`` heads).
+      legacy_types: ``rope_type`` spellings of the model's own (old, new) pairs
+        (HunYuan-VL's ``xdrope`` is ``dynamic``).
+      legacy_keys: rope-block key spellings (old, new) the class renames
+        (HunYuan-VL's ``xdrope_section`` is ``mrope_section``).
       paired_mlp: ``config.to_dict()`` writes ``layer_types`` as (attention,
         ``"mlp"``) pairs with ``num_hidden_layers`` doubled, which the class halves
         back on load (Dory).
@@ -101,6 +106,8 @@ class Model:
     ignored_keys: frozenset[str] = frozenset()
     dangling_keys: frozenset[str] = frozenset()
     paired_mlp: bool = False
+    legacy_types: tuple[tuple[str, str], ...] = ()
+    legacy_keys: tuple[tuple[str, str], ...] = ()
     layer_blocks: tuple[tuple[str, str], ...] = ()
     rope_slice_last: bool = False
 
@@ -203,6 +210,14 @@ MODELS: dict[str, Model] = {
     "blt_global_transformer": INTERLEAVED,
     "dory": Model(paired_mlp=True),
     "neomme": Model(mrope="alternating"),
+    "hunyuan_vl_text": dataclasses.replace(
+        _HUNYUAN,
+        mrope="xd",
+        block_keys=_HUNYUAN.block_keys | {"mrope_section"},
+        legacy_types=(("xdrope", "dynamic"),),
+        legacy_keys=(("xdrope_section", "mrope_section"),),
+    ),
+    "ernie4_5_vl_moe_text": _mrope("hw_alternating", (22, 22, 20), "interleaved"),
     "deepseek_v4": Model(
         layout="interleaved",
         rope_slice_last=True,
@@ -434,3 +449,12 @@ EXCLUDED: dict[str, str] = {
     "xcodec2": "audio codec",
 }
 """Model types whose RoPE is out of scope by nature, with the reason."""
+
+LEARNED: dict[str, str] = {
+    "mistral_large4_text": "LeRoPE: its rotary module multiplies the frequencies by "
+    "exp(alpha), alpha a learned [R/2] weight, and every layer scales q after RoPE by a "
+    "learned per-head scale * log(position + 1) + bias; those are checkpoint weights "
+    "(model.rotary_emb.alpha, self_attn.q_scale.*), not config. Build fp.RopeConfig "
+    "with the YaRN block and apply them from the weights yourself",
+}
+"""Model types whose positions depend on learned weights, not only on the config."""

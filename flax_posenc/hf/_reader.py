@@ -16,9 +16,17 @@ from typing import Any, Literal
 
 from flax_posenc._validation import check_bool, check_float, check_length
 from flax_posenc.hf._defaults import DEFAULTS
-from flax_posenc.hf._models import COMMON, COMMON_TYPES, EXCLUDED, MODELS, Model
+from flax_posenc.hf._models import (
+    COMMON,
+    COMMON_TYPES,
+    EXCLUDED,
+    LEARNED,
+    MODELS,
+    Model,
+)
 from flax_posenc.query_scaling import QueryScaling
 from flax_posenc.rope import RopeConfig
+from flax_posenc.rope_nd import MropeLayout
 from flax_posenc.rope_scaling import (
     DynamicNTKScaling,
     LinearScaling,
@@ -83,8 +91,9 @@ class LayerRope:
       rope: the layer's :class:`~flax_posenc.RopeConfig`; None for a NoPE layer.
       mrope_section: M-RoPE pairs per position row (apply with
         :func:`flax_posenc.apply_mrope`), or None for 1-D RoPE.
-      mrope_interleaved: Qwen3-VL's interleaved sections (see
-        :func:`flax_posenc.mrope_cos_sin`).
+      mrope_layout: how the sections share out the pairs (see
+        :func:`flax_posenc.mrope_cos_sin`): ``"interleaved"`` for Qwen3-VL,
+        ``"hw_alternating"`` for Ernie-4.5-VL.
       query_scaling: a position-dependent query factor applied after RoPE
         (:func:`flax_posenc.apply_query_scaling`), or None.
       softmax_scale_factor: multiplies the attention's ``1 / sqrt(d)`` softmax
@@ -99,7 +108,7 @@ class LayerRope:
 
     rope: RopeConfig | None
     mrope_section: tuple[int, ...] | None = None
-    mrope_interleaved: bool = False
+    mrope_layout: MropeLayout = "contiguous"
     query_scaling: QueryScaling | None = None
     softmax_scale_factor: float = 1.0
     rope_features: Literal["first", "last"] = "first"
@@ -191,6 +200,11 @@ class _Config:
                 f"model_type {model_type!r} is out of flax_posenc's scope: "
                 f"{EXCLUDED[model_type]}."
             )
+        if model_type in LEARNED:
+            raise ValueError(
+                f"model_type {model_type!r} cannot be read from its config alone: "
+                f"{LEARNED[model_type]}."
+            )
         if model_type not in DEFAULTS or not (
             model_type in MODELS or model_type in COMMON_TYPES
         ):
@@ -204,21 +218,28 @@ class _Config:
         self.model_type = model_type
         self.model: Model = MODELS.get(model_type, COMMON)
         self.defaults: dict[str, Any] = DEFAULTS[model_type]
-        # Canonical name -> the name the class stores it under (GPT-J's n_embd).
-        self.stored: dict[str, str] = dict(self.defaults.get("attribute_map", {}))
+        # Alias -> the attribute it stands for (GPT-J's hidden_size -> n_embd,
+        # HunYuan-VL's legacy attention_head_dim -> head_dim).
+        self.attribute_map: dict[str, str] = dict(
+            self.defaults.get("attribute_map", {})
+        )
 
     def where(self, key: str) -> str:
         return f"config[{key!r}] ({self.model_type})"
 
     def explicit(self, key: str) -> Any:
-        """The config's own value of ``key`` (or its stored alias), else None."""
-        for name in (key, self.stored.get(key)):
-            if name is not None and name in self.config:
+        """The config's own value of ``key`` under any of its spellings, else None.
+        An alias wins over the attribute it stands for, as transformers sets the
+        aliases after the fields."""
+        field = self.attribute_map.get(key, key)
+        aliases = [a for a, f in self.attribute_map.items() if f == field]
+        for name in (*aliases, field):
+            if name in self.config:
                 return self.config[name]
         return None
 
     def get(self, key: str, default: Any = None) -> Any:
-        """The config's value of ``key`` (or its stored alias), else the class's."""
+        """The config's value of ``key`` (under any spelling), else the class's."""
         value = self.explicit(key)
         return self.defaults.get(key, default) if value is None else value
 
@@ -358,6 +379,26 @@ def _blocks(cfg: _Config) -> dict[str | None, dict | None]:
     if local is not None:
         sliding["rope_theta"] = local
     return {"full_attention": full, "sliding_attention": sliding}
+
+
+def _legacy_block(cfg: _Config, block: Mapping[str, Any], where: str) -> dict:
+    """The block with the model's legacy spellings replaced, as its config class
+    does (HunYuan-VL: type ``xdrope`` is ``dynamic``, ``xdrope_section`` is
+    ``mrope_section``)."""
+    block = dict(block)
+    for key in ("rope_type", "type"):
+        if block.get(key) in dict(cfg.model.legacy_types):
+            block[key] = dict(cfg.model.legacy_types)[block[key]]
+    for old, new in cfg.model.legacy_keys:
+        if old in block:
+            value = block.pop(old)
+            if block.get(new, value) != value:
+                raise ValueError(
+                    f"{where} has {old}={value} and {new}={block[new]}; transformers "
+                    "refuses two different values too."
+                )
+            block[new] = value
+    return block
 
 
 def _rope_type(block: Mapping[str, Any], where: str) -> str:
@@ -631,6 +672,7 @@ def _layer_rope(
     where = "rope_parameters" + ("" if layer_type is None else f"[{layer_type!r}]")
     if block is None:
         return LayerRope(rope=None)
+    block = _legacy_block(cfg, block, where)
     rope_type = _rope_type(block, where)
     _check_keys(cfg, block, rope_type, where)
     head_dim = _head_dim(cfg, layer_type, layer_types)
@@ -660,7 +702,7 @@ def _layer_rope(
         scaling=scaling,
     )
     mrope_section = None
-    mrope_interleaved = False
+    mrope_layout: MropeLayout = "contiguous"
     if cfg.model.mrope == "alternating":  # rows alternate pair by pair
         if block.get("mrope_section") is not None:
             raise ValueError(
@@ -668,17 +710,19 @@ def _layer_rope(
                 "ignores (its pairs alternate between the two rows); remove it."
             )
         half = (rotary - rotary % 2) // 2
-        mrope_section, mrope_interleaved = (half // 2, half - half // 2), True
+        mrope_section, mrope_layout = (half // 2, half - half // 2), "interleaved"
     elif cfg.model.mrope is not None:
-        mrope_section = _lengths(
-            f"{where}['mrope_section']",
-            block.get("mrope_section", cfg.model.mrope_section),
-        )
-        mrope_interleaved = cfg.model.mrope == "interleaved"
+        sections = block.get("mrope_section", cfg.model.mrope_section)
+        if sections is None:
+            raise ValueError(
+                f"{where} needs mrope_section: transformers' {cfg.model_type!r} "
+                "rotary module has no default for it."
+            )
+        mrope_section = _lengths(f"{where}['mrope_section']", sections)
+        mrope_layout = cfg.model.mrope  # type: ignore[assignment]
         given = block.get("mrope_interleaved")
-        if (
-            given is not None
-            and check_bool(f"{where}['mrope_interleaved']", given) != mrope_interleaved
+        if given is not None and check_bool(f"{where}['mrope_interleaved']", given) != (
+            mrope_layout == "interleaved"
         ):
             raise ValueError(
                 f"{where}['mrope_interleaved'] is {given}, but transformers' "
@@ -706,7 +750,7 @@ def _layer_rope(
     return LayerRope(
         rope=rope,
         mrope_section=mrope_section,
-        mrope_interleaved=mrope_interleaved,
+        mrope_layout=mrope_layout,
         query_scaling=query_scaling,
         softmax_scale_factor=softmax,
         rope_features="last"
