@@ -215,3 +215,123 @@ def test_softmax_scale_factor_of_deepseek_yarn():
     assert layer.softmax_scale_factor == pytest.approx(mscale**2, rel=1e-15)
     with pytest.raises(ValueError, match="softmax scale factor"):
         fp.rope_config_from_hf(config)
+
+
+def _small(model_type: str, **extra) -> dict:
+    return {
+        "model_type": model_type,
+        "hidden_size": 64,
+        "num_attention_heads": 2,
+        "num_hidden_layers": 2,
+        **extra,
+    }
+
+
+GEMMA4_LAYERS = ["sliding_attention", "full_attention", "full_attention"]
+READER_REFUSALS = [
+    # A key the model's rotary module ignores, contradicting what it does.
+    (
+        _small(
+            "qwen3_vl_text",
+            head_dim=128,
+            rope_parameters={"rope_theta": 1e6, "mrope_interleaved": False},
+        ),
+        "ignores the key and always uses interleaved",
+    ),
+    (_small("roformer", rope_theta=5e4), "has no RoPE keys"),
+    (_small("roformer", rotary_value=True), r"'rotary_value'\] \(roformer\) is true"),
+    (_small("zamba2", use_mem_rope="yes"), "use_mem_rope"),
+    (
+        _small(
+            "muse_glimmer_text",
+            layer_types=["sliding_attention"] * 2,
+            layer_rope_theta=[5e4, 0],
+        ),
+        "reads it only as RoPE on/off",
+    ),
+    (
+        _small("muse_glimmer_text", layer_types=["sliding_attention"] * 2),
+        "needs `layer_rope_theta`",
+    ),
+    (_small("granite_swa", layer_rope_theta=[1e4]), "has 1 entries"),
+    # Per-layer head sizes a model's rotary module does not read per layer.
+    (
+        _small("llama", per_layer_config={"1": {"head_dim": 64}}),
+        "does not read per layer",
+    ),
+    (
+        _small(
+            "gemma4_text",
+            num_hidden_layers=3,
+            layer_types=GEMMA4_LAYERS,
+            per_layer_config={"1": {"head_dim": 256}, "2": {"head_dim": 512}},
+        ),
+        "different head_dim overrides",
+    ),
+    (
+        _small(
+            "dory", layer_types=["sliding_attention", "full_attention", "mlp", "mlp"]
+        ),
+        "must alternate attention types and 'mlp'",
+    ),
+    (
+        _small(
+            "hunyuan_vl_text",
+            head_dim=32,
+            rope_scaling={
+                "type": "xdrope",
+                "alpha": 10.0,
+                "xdrope_section": [4, 4, 4, 4],
+                "mrope_section": [8, 8],
+            },
+        ),
+        "refuses two different values",
+    ),
+    (_small("hunyuan_vl_text", head_dim=32), "needs mrope_section"),
+    (
+        _small(
+            "neomme",
+            layer_types=["sliding_attention"] * 2,
+            rope_parameters={
+                "sliding_attention": {"rope_theta": 1e4, "mrope_section": [8, 8]},
+                "full_attention": {"rope_theta": 1e6},
+            },
+        ),
+        r"Unknown keys \['mrope_section'\]",
+    ),
+    (_small("mistral_large4_text"), "cannot be read from its config alone: LeRoPE"),
+]
+
+
+@pytest.mark.parametrize(("config", "match"), READER_REFUSALS)
+def test_reader_refuses_what_it_cannot_read_exactly(config, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        fp.read_hf_rope(config)
+
+
+def test_models_that_never_call_their_rotary_function_are_nope():
+    spec = fp.read_hf_rope(
+        {
+            "model_type": "nemotron_h",
+            "layers_block_type": ["linear_attention", "full_attention", "mlp"],
+        }
+    )
+    assert [layer.rope for layer in spec.layers] == [None, None, None]
+
+
+def test_rotation_by_minus_theta_cannot_hide_in_a_rope_config():
+    config = _small("nanochat")
+    assert fp.read_hf_rope(config).layer(0).position_sign == -1
+    with pytest.raises(ValueError, match="rotation by -theta"):
+        fp.rope_config_from_hf(config)
+
+
+def test_an_alias_wins_over_the_field_it_stands_for():
+    """transformers sets aliases after the fields (HunYuan-VL's attention_head_dim)."""
+    config = _small(
+        "hunyuan_vl_text",
+        head_dim=32,
+        attention_head_dim=64,
+        rope_parameters={"rope_theta": 1e4, "mrope_section": [8, 8, 8, 8]},
+    )
+    assert fp.read_hf_rope(config).layer(0).rope.head_dim == 64

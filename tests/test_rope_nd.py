@@ -336,10 +336,20 @@ def test_apply_mrope_matches_transformers(name):
 
 
 @pytest.mark.parametrize(
-    ("head_dim", "rotary_dim", "layout", "section"),
-    [(128, 128, "half", QWEN2_VL_SECTION), (16, 12, "interleaved", (1, 3, 2))],
+    ("head_dim", "rotary_dim", "layout", "section", "mrope_layout"),
+    [
+        (128, 128, "half", QWEN2_VL_SECTION, "contiguous"),
+        (16, 12, "interleaved", (1, 3, 2), "contiguous"),
+        (128, 128, "half", (24, 20, 20), "interleaved"),
+        (16, 12, "interleaved", (2, 2, 2), "hw_alternating"),
+        (16, 16, "half", (2, 2, 4), "xd"),
+        (16, 12, "half", (2, 2, 2), "xd"),
+    ],
 )
-def test_text_only_mrope_is_apply_rope_bitwise(head_dim, rotary_dim, layout, section):
+def test_text_only_mrope_is_apply_rope_bitwise(
+    head_dim, rotary_dim, layout, section, mrope_layout
+):
+    """Equal rows (text tokens): every M-RoPE layout is exactly 1-D RoPE."""
     config = fp.RopeConfig(
         head_dim=head_dim, theta=1e6, rotary_dim=rotary_dim, layout=layout
     )
@@ -348,11 +358,74 @@ def test_text_only_mrope_is_apply_rope_bitwise(head_dim, rotary_dim, layout, sec
     np.testing.assert_array_equal(text[0], text[2])
     x = jax.random.normal(jax.random.key(6), (2, 8, 2, head_dim))
     for run in (lambda f: f, jax.jit):
-        mrope = run(lambda x, p: fp.apply_mrope(x, p, config, mrope_section=section))
-        plain = run(lambda x, p: fp.apply_rope(x, p, config))
-        np.testing.assert_array_equal(
-            mrope(x, jnp.asarray(text)), plain(x, jnp.asarray(text[0]))
+        mrope = run(
+            lambda x, p: fp.apply_mrope(
+                x, p, config, mrope_section=section, mrope_layout=mrope_layout
+            )
         )
+        plain = run(lambda x, p: fp.apply_rope(x, p, config))
+        rows = jnp.asarray(text[:1].repeat(len(section), 0))
+        got, want = mrope(x, rows), plain(x, jnp.asarray(text[0]))
+        if mrope_layout == "xd":  # its own (unfused) arithmetic: float32 rounding
+            np.testing.assert_allclose(got, want, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(got, want)
+
+
+def _rows64(positions, inv_freq, rows):
+    """float64 angles ``positions[rows[j]] * inv_freq[j]``: ``[..., R/2]``."""
+    return np.stack(
+        [positions[r] * inv_freq[j] for j, r in enumerate(rows)], -1
+    ).astype(np.float64)
+
+
+def test_hw_alternating_rows_are_ernie_4_5_vl():
+    """Pairs 2i / 2i + 1 (i < s) take height / width, the rest temporal (a
+    transcription of Ernie-4.5-VL's pre-rotated frequencies + recomposition)."""
+    config = fp.RopeConfig(head_dim=16, theta=1e4)
+    positions = np.stack([np.arange(5), 7 * np.arange(5), 3 + np.arange(5)])
+    cos, sin = fp.mrope_cos_sin(
+        jnp.asarray(positions),
+        config,
+        mrope_section=(3, 3, 2),
+        mrope_layout="hw_alternating",
+    )
+    inv_freq = 1e4 ** -(np.arange(0, 16, 2) / 16)
+    angles = _rows64(positions, inv_freq, [1, 2, 1, 2, 1, 2, 0, 0])
+    np.testing.assert_allclose(cos, np.cos(angles), atol=2e-6)
+    np.testing.assert_allclose(sin, np.sin(angles), atol=2e-6)
+
+
+def test_xd_rope_gives_rows_to_features_not_pairs():
+    """HunYuan-VL's XD-RoPE: cat(f, f) cut into chunks of 2 * section[a] features,
+    chunk a at row a; a rotate_half pair may then mix two rows (float64
+    transcription of its recomposition and apply_rotary_pos_emb)."""
+    config = fp.RopeConfig(head_dim=16, theta=1e4)
+    section = (2, 2, 2, 2)
+    positions = np.stack(
+        [np.arange(4), 5 * np.arange(4), 2 + np.arange(4), 9 * np.arange(4)]
+    )
+    x = np.asarray(jax.random.normal(jax.random.key(8), (4, 1, 16)), np.float64)
+    inv_freq = 1e4 ** -(np.arange(0, 16, 2) / 16)
+    feature_rows = np.repeat(np.arange(4), 4)  # 2 * section[a] features per row
+    angles = np.stack(
+        [positions[r] * inv_freq[f % 8] for f, r in enumerate(feature_rows)], -1
+    )[:, None, :]
+    rotated = np.concatenate([-x[..., 8:], x[..., :8]], -1)
+    want = x * np.cos(angles) + rotated * np.sin(angles)
+    got = fp.apply_mrope(
+        jnp.asarray(x, jnp.float32),
+        jnp.asarray(positions),
+        config,
+        mrope_section=section,
+        mrope_layout="xd",
+    )
+    np.testing.assert_allclose(got, want, atol=2e-5)
+    assert not np.allclose(
+        got,
+        fp.apply_rope(jnp.asarray(x, jnp.float32), jnp.asarray(positions[0]), config),
+        atol=1e-2,
+    )
 
 
 apply_qwen2_vl = jax.jit(
@@ -421,6 +494,35 @@ MROPE_BAD_INPUTS = [
     ),
     ((2, 8, 2, 64), (3, 2, 8), (16, 24, 24), ValueError, "`x`"),
 ]
+MROPE_BAD_LAYOUTS = [
+    ((22, 20, 22), "hw_alternating", "s_h == s_w"),
+    ((16, 24, 24), "spiral", "`mrope_layout` must be one of"),
+    ((16, 16, 16), "xd", "sum to"),
+]
+
+
+@pytest.mark.parametrize(("section", "mrope_layout", "match"), MROPE_BAD_LAYOUTS)
+def test_mrope_rejects_bad_layouts(section, mrope_layout, match):
+    with pytest.raises(ValueError, match=match):
+        fp.apply_mrope(
+            jnp.zeros((1, 8, 2, 128)),
+            jnp.zeros((len(section), 1, 8), jnp.int32),
+            QWEN2_VL,
+            mrope_section=section,
+            mrope_layout=mrope_layout,
+        )
+
+
+def test_xd_rope_needs_the_half_layout():
+    config = fp.RopeConfig(head_dim=16, theta=1e4, layout="interleaved")
+    with pytest.raises(ValueError, match=r"config\.layout must be 'half'"):
+        fp.apply_mrope(
+            jnp.zeros((1, 4, 1, 16)),
+            jnp.zeros((2, 1, 4), jnp.int32),
+            config,
+            mrope_section=(4, 4),
+            mrope_layout="xd",
+        )
 
 
 @pytest.mark.parametrize(

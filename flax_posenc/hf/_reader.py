@@ -703,12 +703,7 @@ def _layer_rope(
     )
     mrope_section = None
     mrope_layout: MropeLayout = "contiguous"
-    if cfg.model.mrope == "alternating":  # rows alternate pair by pair
-        if block.get("mrope_section") is not None:
-            raise ValueError(
-                f"{where} has mrope_section, which transformers' {cfg.model_type!r} "
-                "ignores (its pairs alternate between the two rows); remove it."
-            )
+    if cfg.model.mrope == "alternating":  # rows alternate pair by pair (NeoMME)
         half = (rotary - rotary % 2) // 2
         mrope_section, mrope_layout = (half // 2, half - half // 2), "interleaved"
     elif cfg.model.mrope is not None:
@@ -894,13 +889,15 @@ def read_hf_rope(config: Mapping[str, Any]) -> HFRope:
       ('interleaved', 8192.0)
     """
     cfg = _Config(_text_config(config))
-    count = cfg.get("num_hidden_layers")
+    count = cfg.explicit("num_hidden_layers")
     for alias in ("num_layers", "n_layer"):  # classes that name it otherwise
         if count is None:
             count = cfg.config.get(alias)
     types = cfg.explicit("layer_types")
     if count is None and isinstance(types, list):  # Nemotron-H: derived from them
         count = len(types)
+    if count is None:
+        count = cfg.defaults.get("num_hidden_layers")
     count = check_length(cfg.where("num_hidden_layers"), count)
     if cfg.model.paired_mlp and isinstance(types, list) and "mlp" in types:
         if types[1::2] != ["mlp"] * (len(types) // 2) or len(types) % 2:
