@@ -10,7 +10,9 @@ from steady state, ``block_until_ready``, round-robin repeats, median):
 * ``cos/sin [B,L]``: ``rope_cos_sin`` alone, the table part of ``apply_rope [B,L]``;
 * ``naive``: Hugging Face's torch ``apply_rotary_pos_emb`` translated to jnp
   (full-width ``cat(freqs, freqs)`` tables cast to q's dtype, ``rotate_half`` by
-  ``concatenate``), positions ``[B, L]``.
+  ``concatenate``), positions ``[B, L]``;
+* ``exact [L]``: ``apply_rope`` with ``angle_precision="exact"`` (angles reduced in
+  fixed point, issue #12), positions ``[L]``, against ``apply_rope [L]``.
 
 It prints the ratios apply_rope / floor and naive / apply_rope, each program's compiled
 temp memory (``memory_analysis().temp_size_in_bytes``), and from the optimized HLO how
@@ -66,8 +68,10 @@ TARGET_LAYOUT = 1.15  # interleaved / half, same dtype, positions [L]
 TARGET_PARTIAL = 1.2  # partial rotary R = H/4 (half) / full rotary
 TARGET_LONG_FRACTION = 0.75  # long context GB/s / floor GB/s
 TARGET_WRITE = 2.0  # sinusoidal and T5 bias / write floor
-# XLA's sin/cos, or the CPU polynomial of flax_posenc._sincos (its range reduction).
-TRIG_OPS = ("sine", "cosine", "round-nearest-even")
+TARGET_EXACT = 1.5  # issue #12: exact angles / float32 angles, apply_rope [L], f32
+# XLA's sin/cos, or the CPU polynomial of flax_posenc._sincos (its range reduction,
+# or the fixed-point reduction of exact angles).
+TRIG_OPS = ("sine", "cosine", "round-nearest-even", "shift-right-logical")
 TRIVIAL_OPS = {"parameter", "constant", "bitcast", "tuple", "get-tuple-element"}
 
 
@@ -160,6 +164,7 @@ def bench_dtype(shape: tuple[int, ...], dtype: Any, repeats: int) -> dict[str, A
         "partial interl. [L]": fp.RopeConfig(
             head_dim=head_dim, rotary_dim=head_dim // 4, layout="interleaved"
         ),
+        "exact [L]": fp.RopeConfig(head_dim=head_dim, angle_precision="exact"),
     }
     fns = {
         "floor": lambda q: q * jnp.asarray(2, q.dtype),
@@ -318,7 +323,7 @@ def targets(
     sinusoidal: dict[str, Any],
     t5: dict[str, Any],
 ) -> list[tuple[str, float, str, bool]]:
-    """(what, figure, target, met) for every issue #11 target."""
+    """(what, figure, target, met) for every issue #11 target, and issue #12's."""
     rows = []
     for case in cases:
         res, dtype = case["results"], case["dtype"]
@@ -348,6 +353,16 @@ def targets(
                 ratio <= TARGET_PARTIAL,
             )
         )
+        if dtype == "float32":
+            ratio = res["exact [L]"]["median_ms"] / full
+            rows.append(
+                (
+                    "exact angles / float32 angles, apply_rope [L] float32",
+                    ratio,
+                    f"<= {TARGET_EXACT}",
+                    ratio <= TARGET_EXACT,
+                )
+            )
     lres = long["results"]
     fraction = lres["apply_rope"]["gbps"] / lres["floor"]["gbps"]
     rows.append(
@@ -505,7 +520,7 @@ def main() -> None:
     env["loadavg_1min_end"] = os.getloadavg()[0]
     rows = targets(cases, long, sinusoidal, t5)
     print(
-        f"\ntargets (issue #11), load average {env['loadavg_1min']:.2f} at start, "
+        f"\ntargets (issues #11, #12), load average {env['loadavg_1min']:.2f} at start, "
         f"{env['loadavg_1min_end']:.2f} at end, LD_PRELOAD={env['LD_PRELOAD'] or '-'}"
     )
     for what, figure, bound, met in rows:

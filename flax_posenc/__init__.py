@@ -10,10 +10,12 @@ Shape legend, used in every docstring:
   ``D`` model dim.
 * q/k are ``[..., L, N, H]``; positions are integer ``[..., L]``.
 
-Angles are always formed in float32; outputs keep the input dtype.
+Angles are formed in float32 (``angle_precision="exact"`` reduces them mod 2 pi exactly
+instead, for long contexts); outputs keep the input dtype.
 """
 
 from flax_posenc import testing as testing
+from flax_posenc._exact_angles import AnglePrecision as AnglePrecision
 from flax_posenc.alibi import alibi_bias as alibi_bias
 from flax_posenc.alibi import alibi_slopes as alibi_slopes
 from flax_posenc.attention import attention_fn_override as attention_fn_override
@@ -75,6 +77,7 @@ from flax_posenc.xpos import xpos_cos_sin as xpos_cos_sin
 __version__ = "0.1.0"
 
 __all__ = [
+    "AnglePrecision",
     "DynamicNTKScaling",
     "HFRope",
     "LayerRope",

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["sin_cos", "sin_quarter_turns_cpu"]
+__all__ = ["sin_cos", "sin_cos_quadrant", "sin_quarter_turns_cpu"]
 
 _TWO_OVER_PI = np.float32(0.6366197466850281)
 # pi/2 = _C1 + _C2 to 2^-39 (relative); _C1 = 1.5703125 has 8 significant bits.
@@ -84,15 +84,20 @@ def _negate_if(value: jax.Array, flag: jax.Array) -> jax.Array:
     return jax.lax.bitcast_convert_type(bits ^ sign, jnp.float32)
 
 
+def _quadrant(s: jax.Array, c: jax.Array, q: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(sin, cos)`` of ``r + q pi/2`` from ``s = sin r``, ``c = cos r``, int32 ``q``."""
+    odd = (q & _I1) == _I1
+    sin = _negate_if(jnp.where(odd, c, s), q)
+    cos = _negate_if(jnp.where(odd, s, c), q + _I1)
+    return sin, cos
+
+
 # jit: one compiled program in eager mode too, so LLVM's FMA contraction (and the
 # last bit of the result) is the same as under an outer jit.
 @jax.jit
 def _sin_cos_cpu(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     r, q = _reduce(x)
-    s, c = _polynomials(r)
-    odd = (q & _I1) == _I1
-    sin = _negate_if(jnp.where(odd, c, s), q)
-    cos = _negate_if(jnp.where(odd, s, c), q + _I1)
+    sin, cos = _quadrant(*_polynomials(r), q)
     return jnp.where(x == 0.0, x, sin), cos  # sin(-0) = -0
 
 
@@ -101,6 +106,26 @@ def sin_cos(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     x = jnp.asarray(x, jnp.float32)
     return jax.lax.platform_dependent(
         x, cpu=_sin_cos_cpu, default=lambda x: (jnp.sin(x), jnp.cos(x))
+    )
+
+
+@jax.jit
+def _sin_cos_quadrant_cpu(r: jax.Array, q: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return _quadrant(*_polynomials(r), q)
+
+
+def sin_cos_quadrant(r: jax.Array, q: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(sin, cos)`` of ``r + q pi/2`` for float32 ``|r| <= pi/4`` and int32 ``q``.
+
+    For angles already reduced (the exact angles of :mod:`flax_posenc._exact_angles`):
+    no range reduction, the quadrant ``q mod 4`` only swaps and negates (exact). CPU:
+    the polynomials; elsewhere XLA's ``sin``/``cos`` of ``r``.
+    """
+    return jax.lax.platform_dependent(
+        r,
+        q,
+        cpu=_sin_cos_quadrant_cpu,
+        default=lambda r, q: _quadrant(jnp.sin(r), jnp.cos(r), q),
     )
 
 

@@ -12,7 +12,9 @@ on ``m - n`` only. Two pairings are in use:
 Partial rotary (``rotary_dim = R < H``) rotates the first ``R`` features and passes the
 rest through. Tables ``cos, sin`` are half width ``[..., R/2]``, float32, with the
 scaling family's attention factor multiplied in (as Hugging Face does). Angles are
-float32 ``position * inv_freq`` products, never formed in the activation dtype.
+float32 ``position * inv_freq`` products, never formed in the activation dtype; with
+``RopeConfig(angle_precision="exact")`` they are reduced mod 2 pi exactly instead
+(see :data:`flax_posenc.AnglePrecision`), for positions past ``1e5``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flax_posenc._angles import position_angles
+from flax_posenc._exact_angles import ANGLE_PRECISIONS, AnglePrecision, exact_sin_cos
 from flax_posenc._sincos import sin_cos
 from flax_posenc._validation import (
     check_choice,
@@ -83,13 +86,18 @@ class RopeConfig:
       layout: ``"half"`` or ``"interleaved"`` pairing (see the module docstring).
       scaling: None (plain RoPE) or one of the families of
         :mod:`flax_posenc.rope_scaling`.
+      angle_precision: ``"float32"`` (transformers' rounding, off by about ``p 2^-23``
+        rad at position ``p``) or ``"exact"`` (the family's float64 frequencies
+        times the int32 position, reduced mod 2 pi exactly: cos and sin within 3e-7
+        at any position; see :data:`flax_posenc.AnglePrecision`). Dynamic NTK and
+        LongRoPE then need ``seq_len`` as a Python int.
 
     Raises:
       TypeError: non-int ``head_dim`` or ``rotary_dim``, or a ``scaling`` that is not
         one of the families.
       ValueError: ``head_dim <= 0``, ``theta <= 0``, an odd ``rotary_dim`` or one
-        larger than ``head_dim``, an unknown ``layout``, or a scaling that does not
-        fit ``rotary_dim``.
+        larger than ``head_dim``, an unknown ``layout`` or ``angle_precision``, or a
+        scaling that does not fit ``rotary_dim``.
 
     Examples:
       Llama 3.1 8B:
@@ -103,7 +111,12 @@ class RopeConfig:
       Partial rotary (GPT-NeoX rotates a quarter of each head):
 
       >>> fp.RopeConfig(head_dim=64, rotary_dim=16)
-      RopeConfig(head_dim=64, theta=10000.0, rotary_dim=16, layout='half', scaling=None)
+      RopeConfig(head_dim=64, theta=10000.0, rotary_dim=16, layout='half', scaling=None, angle_precision='float32')
+
+      Exact angles for a 1M-token context:
+
+      >>> fp.RopeConfig(head_dim=128, theta=1e6, angle_precision="exact").angle_precision
+      'exact'
     """
 
     head_dim: int
@@ -111,6 +124,7 @@ class RopeConfig:
     rotary_dim: int = None  # type: ignore[assignment]  # None: H, resolved at init
     layout: RopeLayout = "half"
     scaling: RopeScaling | None = None
+    angle_precision: AnglePrecision = "float32"
 
     def __post_init__(self):
         head_dim = check_positive_int("head_dim", self.head_dim)
@@ -127,6 +141,7 @@ class RopeConfig:
             )
         object.__setattr__(self, "rotary_dim", rotary_dim)
         check_choice("layout", self.layout, _LAYOUTS)
+        check_choice("angle_precision", self.angle_precision, ANGLE_PRECISIONS)
         if self.scaling is not None:
             if not isinstance(self.scaling, _SCALING_TYPES):
                 names = ", ".join(t.__name__ for t in _SCALING_TYPES)
@@ -227,6 +242,24 @@ def _seq_len_of(positions: jax.Array, config: RopeConfig, seq_len: Any) -> Any:
     return seq_len
 
 
+def _frequencies_float64(config: RopeConfig, seq_len: Any) -> tuple[np.ndarray, float]:
+    """The float64 host frequencies exact angles start from; a ``seq_len``-dependent
+    family needs ``seq_len`` as an int (its frequencies are not known on the host
+    otherwise)."""
+    if config.scaling is None:
+        return _default_inv_freq(config.theta, config.rotary_dim), 1.0
+    if config.depends_on_seq_len and not isinstance(seq_len, int):
+        given = "None" if seq_len is None else f"an array of shape {seq_len.shape}"
+        raise ValueError(
+            f"`seq_len` must be a Python int for {type(config.scaling).__name__} with "
+            "angle_precision='exact' (its frequencies depend on seq_len, and exact "
+            "angles need their float64 values on the host), got "
+            f"{given}; None means max(positions) + 1, computed in the graph. Hint: "
+            "pass seq_len=<the sequence length>, or use angle_precision='float32'."
+        )
+    return config.scaling.frequencies_float64(config.theta, config.rotary_dim, seq_len)
+
+
 def rope_cos_sin(
     positions: jax.Array, config: RopeConfig, *, seq_len: SeqLen = None
 ) -> RopeTables:
@@ -238,7 +271,8 @@ def rope_cos_sin(
       seq_len: for dynamic NTK and LongRoPE: an int or int scalar shared by all
         tokens, or an integer array broadcastable to ``positions`` (one per token);
         None means ``max(positions) + 1``, computed inside the graph (as Hugging
-        Face does), so new position values never recompile.
+        Face does), so new position values never recompile. With
+        ``config.angle_precision="exact"`` they need a Python int.
 
     Returns:
       ``RopeTables(cos, sin)``, each float32 ``positions.shape + (R/2,)``, with the
@@ -246,7 +280,9 @@ def rope_cos_sin(
 
     Raises:
       TypeError: non-integer positions or ``seq_len``.
-      ValueError: a per-token ``seq_len`` that does not broadcast to ``positions``.
+      ValueError: a per-token ``seq_len`` that does not broadcast to ``positions``;
+        for exact angles, a ``seq_len`` that is not an int where the frequencies
+        depend on it.
 
     Examples:
       >>> cos, sin = fp.rope_cos_sin(jnp.arange(3), fp.RopeConfig(head_dim=4))
@@ -256,20 +292,25 @@ def rope_cos_sin(
       [[0.0, 0.0], [0.8414999842643738, 0.009999999776482582], [0.9092999696731567, 0.019999999552965164]]
     """
     positions = check_integer_array("positions", positions)
-    seq_len = _seq_len_of(positions, config, _check_seq_len(seq_len))
-    if isinstance(seq_len, jax.Array) and seq_len.ndim:
-        if not obeys_positions_rule(seq_len.shape, positions.shape):
-            raise ValueError(
-                "A per-token `seq_len` must have the shape of positions "
-                f"{positions.shape} (leading axes may broadcast), got shape "
-                f"{seq_len.shape}."
-            )
-        seq_len = jnp.broadcast_to(seq_len, positions.shape)
-    inv_freq, attention_scaling = rope_frequencies(config, seq_len=seq_len)
-    angles = position_angles(positions, inv_freq)
+    seq_len = _check_seq_len(seq_len)
+    if config.angle_precision == "exact":
+        inv_freq64, attention_scaling = _frequencies_float64(config, seq_len)
+        sin, cos = exact_sin_cos(positions, inv_freq64)
+    else:
+        seq_len = _seq_len_of(positions, config, seq_len)
+        if isinstance(seq_len, jax.Array) and seq_len.ndim:
+            if not obeys_positions_rule(seq_len.shape, positions.shape):
+                raise ValueError(
+                    "A per-token `seq_len` must have the shape of positions "
+                    f"{positions.shape} (leading axes may broadcast), got shape "
+                    f"{seq_len.shape}."
+                )
+            seq_len = jnp.broadcast_to(seq_len, positions.shape)
+        inv_freq, attention_scaling = rope_frequencies(config, seq_len=seq_len)
+        # XLA's sin/cos, or on CPU a vectorised polynomial
+        sin, cos = sin_cos(position_angles(positions, inv_freq))
     scale = jnp.asarray(attention_scaling, jnp.float32)
-    scale = scale.reshape(scale.shape + (1,) * (angles.ndim - scale.ndim))
-    sin, cos = sin_cos(angles)  # XLA's sin/cos, or on CPU a vectorised polynomial
+    scale = scale.reshape(scale.shape + (1,) * (sin.ndim - scale.ndim))
     return RopeTables(cos * scale, sin * scale)
 
 

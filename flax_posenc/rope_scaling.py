@@ -8,7 +8,9 @@ rotary size in pure Python (no device work), and ``frequencies`` is the one func
 computing its inverse frequencies. Static families are computed in float64 numpy and
 rounded once to float32 (XLA folds them as constants); ``seq_len``-dependent families
 (dynamic NTK, LongRoPE) compute inside the graph, so changing ``seq_len`` never
-recompiles.
+recompiles. ``frequencies_float64`` gives the unrounded float64 values on the host
+(for a static ``seq_len``), which exact angles (``angle_precision="exact"``) start
+from.
 
 References: position interpolation (Chen et al., 2023); NTK-aware scaling (bloc97,
 2023); YaRN (Peng et al., 2023); LongRoPE (Ding et al., 2024); Llama 3 (Meta, 2024).
@@ -76,6 +78,13 @@ class RopeScalingFamily(Protocol):
         self, theta: float, rotary_dim: int, seq_len: SeqLen = None
     ) -> RopeFrequencies:
         """``(inv_freq, attention_scaling)`` for ``rotary_dim`` rotated features."""
+        ...
+
+    def frequencies_float64(
+        self, theta: float, rotary_dim: int, seq_len: int | None = None
+    ) -> tuple[np.ndarray, float]:
+        """float64 host ``(inv_freq [R/2], attention_scaling)`` at a static
+        ``seq_len`` (None: as in ``frequencies``), before any float32 rounding."""
         ...
 
 
@@ -177,7 +186,14 @@ class LinearScaling(_FitsAnyRotary):
     ) -> RopeFrequencies:
         """``theta^(-2i/R) / factor``."""
         del seq_len
-        return _static(_default_inv_freq(theta, rotary_dim) / self.factor)
+        return _static(*self.frequencies_float64(theta, rotary_dim))
+
+    def frequencies_float64(
+        self, theta: float, rotary_dim: int, seq_len: int | None = None
+    ) -> tuple[np.ndarray, float]:
+        """``frequencies`` in float64 on the host, before its float32 rounding."""
+        del seq_len
+        return _default_inv_freq(theta, rotary_dim) / self.factor, 1.0
 
 
 @dataclasses.dataclass(frozen=True, init=False)
@@ -219,8 +235,15 @@ class NTKScaling(_NTKExponent):
     ) -> RopeFrequencies:
         """``theta'^(-2i/R)`` with ``theta' = theta * factor^(R/(R-2))``."""
         del seq_len
+        return _static(*self.frequencies_float64(theta, rotary_dim))
+
+    def frequencies_float64(
+        self, theta: float, rotary_dim: int, seq_len: int | None = None
+    ) -> tuple[np.ndarray, float]:
+        """``frequencies`` in float64 on the host, before its float32 rounding."""
+        del seq_len
         scaled_theta = _ntk_theta(theta, self.factor, rotary_dim)
-        return _static(_default_inv_freq(scaled_theta, rotary_dim))
+        return _default_inv_freq(scaled_theta, rotary_dim), 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,6 +283,17 @@ class DynamicNTKScaling(_NTKExponent):
         growth = jnp.exp(-jnp.log(ratio)[..., None] * exponent)
         base = _per_token(_default_inv_freq(theta, rotary_dim), ratio)
         return RopeFrequencies(base * growth, 1.0)
+
+    def frequencies_float64(
+        self, theta: float, rotary_dim: int, seq_len: int | None = None
+    ) -> tuple[np.ndarray, float]:
+        """``theta'^(-2i/R)`` in float64 on the host, for an int ``seq_len`` (None:
+        ``orig``), as transformers forms ``theta'``."""
+        original = self.original_max_position_embeddings
+        length = original if seq_len is None else max(seq_len, original)
+        ratio = self.factor * length / original - (self.factor - 1.0)
+        scaled_theta = _ntk_theta(theta, ratio, rotary_dim)
+        return _default_inv_freq(scaled_theta, rotary_dim), 1.0
 
 
 def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
@@ -350,6 +384,13 @@ class YarnScaling(_AttentionFactorOldName):
     ) -> RopeFrequencies:
         """The blended frequencies and the attention factor."""
         del seq_len
+        return _static(*self.frequencies_float64(theta, rotary_dim))
+
+    def frequencies_float64(
+        self, theta: float, rotary_dim: int, seq_len: int | None = None
+    ) -> tuple[np.ndarray, float]:
+        """``frequencies`` in float64 on the host, before its float32 rounding."""
+        del seq_len
 
         def correction_dim(rotations: float) -> float:
             wavelengths = self.original_max_position_embeddings / (
@@ -367,7 +408,7 @@ class YarnScaling(_AttentionFactorOldName):
         extrapolation = _default_inv_freq(theta, rotary_dim)
         interpolation = extrapolation / self.factor
         inv_freq = interpolation * ramp + extrapolation * (1.0 - ramp)
-        return _static(inv_freq, self.effective_attention_factor())
+        return inv_freq, self.effective_attention_factor()
 
 
 def _factors(scaling: object, field: str) -> None:
@@ -459,11 +500,12 @@ class LongRopeScaling(_AttentionFactorOldName):
     ) -> RopeFrequencies:
         """The factors of the regime of ``seq_len`` (int, traced or ``[...]`` per
         token); None means the short regime."""
-        base = _default_inv_freq(theta, rotary_dim)
-        short = jnp.asarray(base / np.asarray(self.short_factor), jnp.float32)
-        long = jnp.asarray(base / np.asarray(self.long_factor), jnp.float32)
-        short_scale = self.short_mscale or self.effective_attention_factor()
-        long_scale = self.long_mscale or self.effective_attention_factor()
+        short, short_scale = self.frequencies_float64(theta, rotary_dim)
+        long, long_scale = self.frequencies_float64(
+            theta, rotary_dim, self.original_max_position_embeddings + 1
+        )
+        short = jnp.asarray(short, jnp.float32)
+        long = jnp.asarray(long, jnp.float32)
         if seq_len is None:
             return RopeFrequencies(short, short_scale)
         is_long = jnp.asarray(seq_len) > self.original_max_position_embeddings
@@ -474,6 +516,18 @@ class LongRopeScaling(_AttentionFactorOldName):
             is_long[..., None], _per_token(long, is_long), _per_token(short, is_long)
         )
         return RopeFrequencies(inv_freq, scale)
+
+    def frequencies_float64(
+        self, theta: float, rotary_dim: int, seq_len: int | None = None
+    ) -> tuple[np.ndarray, float]:
+        """The regime of an int ``seq_len`` (None: short) in float64 on the host."""
+        is_long = (
+            seq_len is not None and seq_len > self.original_max_position_embeddings
+        )
+        factors = self.long_factor if is_long else self.short_factor
+        mscale = self.long_mscale if is_long else self.short_mscale
+        scale = mscale or self.effective_attention_factor()
+        return _default_inv_freq(theta, rotary_dim) / np.asarray(factors), scale
 
 
 @dataclasses.dataclass(frozen=True)
@@ -513,6 +567,13 @@ class Llama3Scaling(_FitsAnyRotary):
     ) -> RopeFrequencies:
         """The banded frequencies."""
         del seq_len
+        return _static(*self.frequencies_float64(theta, rotary_dim))
+
+    def frequencies_float64(
+        self, theta: float, rotary_dim: int, seq_len: int | None = None
+    ) -> tuple[np.ndarray, float]:
+        """``frequencies`` in float64 on the host, before its float32 rounding."""
+        del seq_len
         original = self.original_max_position_embeddings
         inv_freq = _default_inv_freq(theta, rotary_dim)
         wavelength = 2 * math.pi / inv_freq
@@ -527,7 +588,7 @@ class Llama3Scaling(_FitsAnyRotary):
             scaled[band] = (1 - smooth) * inv_freq[band] / self.factor + smooth * (
                 inv_freq[band]
             )
-        return _static(scaled)
+        return scaled, 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -559,10 +620,17 @@ class ProportionalScaling(_FitsAnyRotary):
     ) -> RopeFrequencies:
         """The proportional frequencies, zero past the rotated fraction."""
         del seq_len
+        return _static(*self.frequencies_float64(theta, rotary_dim))
+
+    def frequencies_float64(
+        self, theta: float, rotary_dim: int, seq_len: int | None = None
+    ) -> tuple[np.ndarray, float]:
+        """``frequencies`` in float64 on the host, before its float32 rounding."""
+        del seq_len
         rotated = int(self.partial_rotary_factor * rotary_dim // 2)
         inv_freq = _default_inv_freq(theta, rotary_dim)
         inv_freq[rotated:] = 0.0
-        return _static(inv_freq / self.factor)
+        return inv_freq / self.factor, 1.0
 
 
 RopeScaling = (

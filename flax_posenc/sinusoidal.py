@@ -19,7 +19,9 @@ Precision: angles are float32 products ``float32(p) * inv_freq[i]``. The product
 rounded to float32 and ``inv_freq`` itself carries a float32 rounding, so each feature
 is within ``p * inv_freq[i] * 2^-23 + 2e-7`` of the float64 truth: at most ``1.2e-2``
 at ``p = 1e5`` (measured: ``6.7e-3`` for ``D = 512``), and far less for the slow
-frequencies. ``tests/test_sinusoidal.py`` pins this bound.
+frequencies. ``tests/test_sinusoidal.py`` pins this bound. ``angle_precision="exact"``
+reduces the float64 angle mod 2 pi exactly instead: within 3e-7 at every int32
+position (see :data:`flax_posenc.AnglePrecision`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import numpy as np
 from jax.typing import DTypeLike
 
 from flax_posenc._angles import position_angles
+from flax_posenc._exact_angles import ANGLE_PRECISIONS, AnglePrecision, exact_sin_cos
 from flax_posenc._sincos import sin_quarter_turns_cpu
 from flax_posenc._validation import (
     check_choice,
@@ -98,6 +101,11 @@ def sinusoidal_inv_freq(
       >>> fp.sinusoidal_inv_freq(6, spacing="tensor2tensor").tolist()
       [1.0, 0.009999999776482582, 9.999999747378752e-05]
     """
+    return _inv_freq_float64(dim, base, spacing).astype(np.float32)
+
+
+def _inv_freq_float64(dim: int, base: float, spacing: SinusoidalSpacing) -> np.ndarray:
+    """:func:`sinusoidal_inv_freq` before its float32 rounding."""
     dim = check_positive_int("dim", dim)
     base = check_positive_float("base", base)
     check_choice("spacing", spacing, _SPACINGS)
@@ -106,7 +114,7 @@ def sinusoidal_inv_freq(
         exponent = 2.0 * i / dim
     else:
         exponent = i / max(dim // 2 - 1, 1)
-    return (base**-exponent).astype(np.float32)
+    return base**-exponent
 
 
 def sinusoidal_encoding(
@@ -117,6 +125,7 @@ def sinusoidal_encoding(
     layout: SinusoidalLayout = "interleaved",
     spacing: SinusoidalSpacing = "paper",
     dtype: DTypeLike = jnp.float32,
+    angle_precision: AnglePrecision = "float32",
 ) -> jax.Array:
     """Sinusoidal encoding of integer positions.
 
@@ -131,6 +140,9 @@ def sinusoidal_encoding(
       layout: ``"interleaved"`` (sin, cos, sin, cos, ...) or ``"half"`` (sin... cos...).
       spacing: ``"paper"`` or ``"tensor2tensor"``.
       dtype: the floating output dtype; the computation is float32 regardless.
+      angle_precision: ``"float32"`` angles (off by about ``p inv_freq 2^-23``) or
+        ``"exact"`` ones, reduced mod 2 pi from the float64 frequencies (within
+        3e-7 at any int32 position; see :data:`flax_posenc.AnglePrecision`).
 
     Returns:
       ``positions.shape + (D,)`` in ``dtype``.
@@ -138,7 +150,8 @@ def sinusoidal_encoding(
     Raises:
       TypeError: non-integer ``positions``, non-int ``dim`` or a non-floating
         ``dtype``.
-      ValueError: ``dim <= 0``, ``base <= 0``, unknown ``layout`` or ``spacing``.
+      ValueError: ``dim <= 0``, ``base <= 0``, unknown ``layout``, ``spacing`` or
+        ``angle_precision``.
 
     Examples:
       >>> pe = fp.sinusoidal_encoding(jnp.arange(8), 6)
@@ -152,6 +165,11 @@ def sinusoidal_encoding(
     positions = check_integer_array("positions", positions)
     layout = _check_layout(layout)
     dtype = check_float_dtype("dtype", dtype)
+    check_choice("angle_precision", angle_precision, ANGLE_PRECISIONS)
+    if angle_precision == "exact":
+        freq, turns = _feature_rows(_inv_freq_float64(dim, base, spacing), dim, layout)
+        sin, _ = exact_sin_cos(positions, freq, quarter_turns=turns)
+        return sin.astype(dtype)
     inv_freq = sinusoidal_inv_freq(dim, base=base, spacing=spacing)
     return jax.lax.platform_dependent(
         positions,
@@ -177,25 +195,32 @@ def _encoding(
     return pe
 
 
-def _encoding_cpu(
-    positions: jax.Array, inv_freq: np.ndarray, dim: int, layout: SinusoidalLayout
-) -> jax.Array:
-    """:func:`_encoding` as one elementwise pass over ``[..., D]``, for XLA:CPU.
-
-    Feature ``i`` is ``sin(p * f[i] + turns[i] * pi/2)`` with static rows ``f`` (each
-    angle's frequency where the layout puts it) and ``turns`` (0 for sin, 1 for cos):
-    the same float32 angles as :func:`_encoding`, and no stack or concatenate, which
-    XLA:CPU would not fuse into the write. An odd ``D``'s last feature has ``f = 0``
-    and ``turns = 0``: ``sin(0) = 0``.
-    """
+def _feature_rows(
+    inv_freq: np.ndarray, dim: int, layout: SinusoidalLayout
+) -> tuple[np.ndarray, np.ndarray]:
+    """Static rows ``(f [D], turns [D])``: feature ``i`` is ``sin(p * f[i] + turns[i]
+    * pi/2)``, ``f`` each angle's frequency where the layout puts it and ``turns`` 0
+    for sin, 1 for cos. An odd ``D``'s last feature has ``f = 0`` and ``turns = 0``:
+    ``sin(0) = 0``."""
     half = inv_freq.shape[0]
     if layout == "interleaved":
         freq, turns = np.repeat(inv_freq, 2), np.tile(np.array([0, 1], np.int32), half)
     else:
         freq = np.concatenate([inv_freq, inv_freq])
         turns = np.repeat(np.array([0, 1], np.int32), half)
-    freq = np.pad(freq, (0, dim % 2))
-    turns = np.pad(turns, (0, dim % 2)).reshape((1,) * positions.ndim + (dim,))
+    return np.pad(freq, (0, dim % 2)), np.pad(turns, (0, dim % 2))
+
+
+def _encoding_cpu(
+    positions: jax.Array, inv_freq: np.ndarray, dim: int, layout: SinusoidalLayout
+) -> jax.Array:
+    """:func:`_encoding` as one elementwise pass over ``[..., D]``, for XLA:CPU.
+
+    The rows of :func:`_feature_rows`: the same float32 angles as :func:`_encoding`,
+    and no stack or concatenate, which XLA:CPU would not fuse into the write.
+    """
+    freq, turns = _feature_rows(inv_freq, dim, layout)
+    turns = turns.reshape((1,) * positions.ndim + (dim,))
     return sin_quarter_turns_cpu(
         position_angles(positions, jnp.asarray(freq)), jnp.asarray(turns)
     )
@@ -209,6 +234,7 @@ def sinusoidal_table(
     layout: SinusoidalLayout = "interleaved",
     spacing: SinusoidalSpacing = "paper",
     dtype: DTypeLike = jnp.float32,
+    angle_precision: AnglePrecision = "float32",
 ) -> jax.Array:
     """The table ``[max_len, D]`` of :func:`sinusoidal_encoding` for positions 0..max_len-1.
 
@@ -219,6 +245,8 @@ def sinusoidal_table(
       layout: ``"interleaved"`` or ``"half"``.
       spacing: ``"paper"`` or ``"tensor2tensor"``.
       dtype: the floating output dtype; the computation is float32 regardless.
+      angle_precision: ``"float32"`` or ``"exact"`` (see
+        :func:`sinusoidal_encoding`).
 
     Returns:
       ``[max_len, D]`` in ``dtype``.
@@ -240,4 +268,5 @@ def sinusoidal_table(
         layout=layout,
         spacing=spacing,
         dtype=dtype,
+        angle_precision=angle_precision,
     )

@@ -58,9 +58,19 @@ ENCODERS = {
             p, N * H, layout="half", spacing="tensor2tensor"
         )
     ),
+    "sinusoidal_exact": add_absolute(
+        lambda p: fp.sinusoidal_encoding(p, N * H, angle_precision="exact")
+    ),
     "learned": add_absolute(lambda p: fp.learned_embedding_lookup(LEARNED_TABLE, p)),
     "rope_interleaved_partial": lambda x, p: fp.apply_rope(
         x, p, fp.RopeConfig(head_dim=H, rotary_dim=H // 2, layout="interleaved")
+    ),
+    "rope_exact_interleaved_partial": lambda x, p: fp.apply_rope(
+        x,
+        p,
+        fp.RopeConfig(
+            head_dim=H, rotary_dim=H // 2, layout="interleaved", angle_precision="exact"
+        ),
     ),
     "axial_rope_2d": lambda x, p: fp.apply_axial_rope(
         x, jnp.stack([p // 3, p % 3], axis=-1), ROPE

@@ -361,6 +361,25 @@ def long_rope(short, long):
             "`layout` must be one of 'half', 'interleaved', got 'neox'",
         ),
         (
+            lambda: fp.RopeConfig(head_dim=8, angle_precision="float64"),
+            ValueError,
+            "`angle_precision` must be one of 'float32', 'exact', got 'float64'",
+        ),
+        (
+            lambda: fp.apply_rope(
+                X,
+                jnp.arange(5),
+                fp.RopeConfig(
+                    head_dim=8,
+                    scaling=fp.DynamicNTKScaling(2.0, 16),
+                    angle_precision="exact",
+                ),
+            ),
+            ValueError,
+            "`seq_len` must be a Python int for DynamicNTKScaling with "
+            "angle_precision='exact'",
+        ),
+        (
             lambda: fp.RopeConfig(head_dim=8, scaling={"rope_type": "linear"}),
             TypeError,
             "`scaling` must be None or one of LinearScaling",

@@ -132,6 +132,16 @@ def test_traced_positions_do_not_retrace():
         (dict(positions=jnp.arange(4), dim=8, layout="x"), ValueError, "`layout`"),
         (dict(positions=jnp.arange(4), dim=8, spacing="x"), ValueError, "`spacing`"),
         (dict(positions=jnp.arange(4), dim=8, base=0.0), ValueError, "`base`"),
+        (
+            dict(positions=jnp.arange(4), dim=8, angle_precision="float64"),
+            ValueError,
+            "`angle_precision` must be one of 'float32', 'exact', got 'float64'",
+        ),
+        (
+            dict(positions=jnp.arange(4), dim=0, angle_precision="exact"),
+            ValueError,
+            "`dim` must be a positive",
+        ),
     ],
 )
 def test_bad_input_is_rejected(kwargs, error, match):
