@@ -18,6 +18,7 @@ from flax_posenc.alibi import alibi_bias as alibi_bias
 from flax_posenc.alibi import alibi_slopes as alibi_slopes
 from flax_posenc.attention import attention_fn_override as attention_fn_override
 from flax_posenc.attention import positional_attention_fn as positional_attention_fn
+from flax_posenc.cache_shift import rope_shift as rope_shift
 from flax_posenc.hf import HFRope as HFRope
 from flax_posenc.hf import LayerRope as LayerRope
 from flax_posenc.hf import hf_decode_seq_lens as hf_decode_seq_lens
@@ -122,6 +123,7 @@ __all__ = [
     "rope_frequencies",
     "rope_permute_layout",
     "rope_rotate",
+    "rope_shift",
     "sinusoidal_encoding",
     "sinusoidal_inv_freq",
     "sinusoidal_table",
