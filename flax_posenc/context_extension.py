@@ -103,9 +103,11 @@ def extend_context(
       original_max_position_embeddings: the training length. Required: a
         ``RopeConfig`` has no record of it (Hugging Face's
         ``max_position_embeddings`` of the original model).
-      factor: the scaling factor (> 1); None means ``target_len / original``.
-        Published models sometimes choose another: Llama 3.1 went from 8192 to
-        131072 (16x) with ``factor=8``.
+      factor: the scaling factor (>= 1); None means ``target_len / original``
+        (transformers' meaning of ``factor`` for every family). Published models
+        sometimes choose another: Llama 3.1 went from 8192 to 131072 (16x) with
+        ``factor=8``. Dynamic NTK's base at length ``L`` grows by ``factor * L /
+        original - factor + 1``: ``factor=1`` gives exactly ``L / original`` there.
       fields: any other field of the family, overriding its default (e.g.
         DeepSeek-V3's ``mscale=1.0, mscale_all_dim=1.0`` for YaRN).
 
@@ -116,7 +118,7 @@ def extend_context(
       TypeError: a ``config`` that is not a ``RopeConfig``, non-int lengths, or a
         field the family does not have.
       ValueError: a ``config`` that already has a scaling, an unknown ``method``, a
-        missing original length, a ``target_len`` not above it, a ``factor <= 1``,
+        missing original length, a ``target_len`` not above it, a ``factor < 1``,
         or fields the family rejects.
 
     Examples:
@@ -159,8 +161,8 @@ def extend_context(
         )
     if factor is None:
         factor = target_len / original
-    elif check_positive_float("factor", factor) <= 1:
-        raise ValueError(f"`factor` must exceed 1 to extend a context, got {factor}.")
+    elif check_positive_float("factor", factor) < 1:
+        raise ValueError(f"`factor` must be >= 1 to extend a context, got {factor}.")
     names = {f.name for f in dataclasses.fields(family)}
     unknown = sorted(set(fields) - names)
     if unknown:

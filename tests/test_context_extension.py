@@ -117,6 +117,21 @@ def test_linear_maps_the_target_length_onto_the_trained_angles():
     )
 
 
+def test_dynamic_factor_1_reaches_the_length_ratio_at_the_target():
+    """Dynamic NTK with factor 1 is the static NTK of the length ratio at the target
+    length (the factor is the caller's, as HF's dynamic formula intends)."""
+    dynamic = fp.extend_context(
+        BASE, 16384, method="dynamic", original_max_position_embeddings=4096, factor=1
+    )
+    assert dynamic.scaling == fp.DynamicNTKScaling(1.0, 4096)
+    ntk = fp.extend_context(
+        BASE, 16384, method="ntk", original_max_position_embeddings=4096
+    )
+    np.testing.assert_allclose(
+        ref.frequencies(dynamic, seq_len=16384)[0], ref.frequencies(ntk)[0], rtol=1e-12
+    )
+
+
 def test_fields_override_the_defaults():
     got = fp.extend_context(
         BASE,
@@ -180,10 +195,10 @@ ERRORS = [
         "`target_len` must be a positive Python int",
     ),
     (
-        "factor 1",
-        dict(factor=1.0),
+        "factor below 1",
+        dict(factor=0.5),
         ValueError,
-        "`factor` must exceed 1 to extend a context, got 1.0",
+        "`factor` must be >= 1 to extend a context, got 0.5",
     ),
     (
         "negative factor",
