@@ -209,19 +209,19 @@ def rope_wavelengths(
       >>> waves.rotations.round(3).tolist()
       [15.915, 1.592, 0.159, 0.016]
     """
-    original = getattr(config.scaling, _ORIGINAL, None)
-    if seq_len is None and original is None:
+    if seq_len is not None:
+        length = seq_len = check_positive_int("seq_len", seq_len)
+    elif (original := getattr(config.scaling, _ORIGINAL, None)) is not None:
+        length = int(original)
+    else:
         raise ValueError(
             "`seq_len` is required: this config records no "
             "original_max_position_embeddings to count rotations in. Pass the "
             "length, e.g. seq_len=4096."
         )
-    if seq_len is not None:
-        seq_len = check_positive_int("seq_len", seq_len)
     inv_freq = np.asarray(
         rope_frequencies(config, seq_len=seq_len).inv_freq, np.float64
     )
     with np.errstate(divide="ignore"):
         wavelength = 2 * math.pi / inv_freq
-    length = original if seq_len is None else seq_len
-    return RopeWavelengths(wavelength, length / wavelength, int(length))
+    return RopeWavelengths(wavelength, length / wavelength, length)
