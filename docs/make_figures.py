@@ -71,6 +71,45 @@ def rope() -> None:
     save(fig, "rope.png")
 
 
+def context_extension() -> None:
+    """Per-pair frequency ratio of each recipe, and the turns each pair makes."""
+    original, target = 4096, 32768
+    base = fp.RopeConfig(head_dim=128, theta=10000.0)
+    trained = fp.rope_wavelengths(base, seq_len=original)
+    unscaled = fp.rope_wavelengths(base, seq_len=target)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    x = trained.wavelength / original
+    for method in ("linear", "ntk", "dynamic", "yarn", "llama3"):
+        config = fp.extend_context(
+            base, target, method=method, original_max_position_embeddings=original
+        )
+        waves = fp.rope_wavelengths(config, seq_len=target)
+        left.loglog(x, trained.wavelength / waves.wavelength, label=method)
+        right.semilogy(waves.rotations, label=method)
+    right.semilogy(unscaled.rotations, "k:", lw=1.2, label=f"none, in {target}")
+    right.semilogy(trained.rotations, "k--", lw=1.2, label=f"none, in {original}")
+    for edge, name in ((1 / 32, "YaRN beta_fast"), (1 / 4, "Llama 3 high")):
+        left.axvline(edge, color="gray", lw=0.6, ls=":")
+        left.text(edge * 1.15, 0.011, name, fontsize=7, color="gray", rotation=90)
+    left.axvline(1.0, color="gray", lw=0.6)
+    left.text(1.3, 0.35, "original length\n(YaRN beta_slow,\nLlama 3 low)", fontsize=7)
+    left.set(
+        title=f"inv_freq scaled / original ({original} -> {target})",
+        xlabel="original wavelength / original length",
+        ylabel="frequency ratio",
+        ylim=(0.008, 1.5),
+    )
+    left.legend(fontsize=7, loc="lower left")
+    right.axhline(1.0, color="gray", lw=0.6)
+    right.set(
+        title=f"turns within {target} tokens (1 turn: gray)",
+        xlabel="pair j",
+        ylabel="length / wavelength",
+    )
+    right.legend(fontsize=7)
+    save(fig, "context_extension.png")
+
+
 def alibi() -> None:
     bias = np.asarray(fp.alibi_bias(jnp.arange(16), jnp.arange(16), 8))
     fig, axes = plt.subplots(1, 4, figsize=(9, 2.4))
@@ -122,6 +161,7 @@ def main() -> None:
     OUT.mkdir(exist_ok=True)
     sinusoidal()
     rope()
+    context_extension()
     alibi()
     relative()
     positions()

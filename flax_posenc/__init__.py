@@ -20,6 +20,11 @@ from flax_posenc.alibi import alibi_bias as alibi_bias
 from flax_posenc.alibi import alibi_slopes as alibi_slopes
 from flax_posenc.attention import attention_fn_override as attention_fn_override
 from flax_posenc.attention import positional_attention_fn as positional_attention_fn
+from flax_posenc.cache_shift import rope_shift as rope_shift
+from flax_posenc.context_extension import ExtensionMethod as ExtensionMethod
+from flax_posenc.context_extension import RopeWavelengths as RopeWavelengths
+from flax_posenc.context_extension import extend_context as extend_context
+from flax_posenc.context_extension import rope_wavelengths as rope_wavelengths
 from flax_posenc.hf import HFRope as HFRope
 from flax_posenc.hf import LayerRope as LayerRope
 from flax_posenc.hf import hf_decode_seq_lens as hf_decode_seq_lens
@@ -79,6 +84,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AnglePrecision",
     "DynamicNTKScaling",
+    "ExtensionMethod",
     "HFRope",
     "LayerRope",
     "LinearScaling",
@@ -95,6 +101,7 @@ __all__ = [
     "RopeScaling",
     "RopeScalingFamily",
     "RopeTables",
+    "RopeWavelengths",
     "SeqLen",
     "SinusoidalLayout",
     "SinusoidalSpacing",
@@ -109,6 +116,7 @@ __all__ = [
     "apply_xpos",
     "attention_fn_override",
     "axial_rope_cos_sin",
+    "extend_context",
     "grid_positions",
     "hf_decode_seq_lens",
     "learned_embedding_lookup",
@@ -127,6 +135,8 @@ __all__ = [
     "rope_frequencies",
     "rope_permute_layout",
     "rope_rotate",
+    "rope_shift",
+    "rope_wavelengths",
     "sinusoidal_encoding",
     "sinusoidal_inv_freq",
     "sinusoidal_table",

@@ -291,7 +291,17 @@ def rope_cos_sin(
       >>> sin.round(4).tolist()  # sin(p * [1, 0.01])
       [[0.0, 0.0], [0.8414999842643738, 0.009999999776482582], [0.9092999696731567, 0.019999999552965164]]
     """
-    positions = check_integer_array("positions", positions)
+    cos, sin, scale = _unit_cos_sin(positions, config, seq_len)
+    return RopeTables(cos * scale, sin * scale)
+
+
+def _unit_cos_sin(
+    positions: Any, config: RopeConfig, seq_len: Any, name: str = "positions"
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """``cos(p * inv_freq)``, ``sin(p * inv_freq)`` (unit magnitude) and the
+    attention scaling, float32, shaped to multiply them (see :func:`rope_cos_sin`);
+    ``name`` is the caller's name for ``positions``."""
+    positions = check_integer_array(name, positions)
     seq_len = _check_seq_len(seq_len)
     if config.angle_precision == "exact":
         inv_freq64, attention_scaling = _frequencies_float64(config, seq_len)
@@ -301,7 +311,7 @@ def rope_cos_sin(
         if isinstance(seq_len, jax.Array) and seq_len.ndim:
             if not obeys_positions_rule(seq_len.shape, positions.shape):
                 raise ValueError(
-                    "A per-token `seq_len` must have the shape of positions "
+                    f"A per-token `seq_len` must have the shape of {name} "
                     f"{positions.shape} (leading axes may broadcast), got shape "
                     f"{seq_len.shape}."
                 )
@@ -311,7 +321,7 @@ def rope_cos_sin(
         sin, cos = sin_cos(position_angles(positions, inv_freq))
     scale = jnp.asarray(attention_scaling, jnp.float32)
     scale = scale.reshape(scale.shape + (1,) * (sin.ndim - scale.ndim))
-    return RopeTables(cos * scale, sin * scale)
+    return cos, sin, scale
 
 
 def rope_rotate(

@@ -18,6 +18,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "examples"))
 import copy_task
 import decode
 import hf_config
+import streaming
 import training
 import transformer
 import transformer_linen
@@ -220,3 +221,43 @@ def test_linen_block_equals_nnx_block(encoding):
         np.testing.assert_allclose(got, want, atol=1e-6)
         if layer_cache is not None:
             np.testing.assert_allclose(got_cache.k, want_cache.k, atol=1e-6)
+
+
+def test_streaming_reindexes_the_cache_with_rope_shift():
+    """Sink + window decoding 3x past the cache: after every step the cached keys
+    (shifted by rope_shift at each eviction) equal the tapped raw keys rotated at
+    their new contiguous positions (asserted inside ``stream``)."""
+    model = small_model("rope")
+    policy = streaming.Streaming(n_sink=2, window=6, evict=3)
+    prompt = batch(n=3).tokens[:, :4]
+    tokens, worst, evictions = streaming.stream(model, prompt, 24, policy)
+    assert tokens.shape == (2, 24)
+    # 4 + 23 tokens written into 8 slots, 3 freed per eviction.
+    assert evictions == -(-(4 + 23 - policy.slots) // policy.evict) == 7
+    assert worst < streaming.ATOL
+
+
+def test_streaming_eviction_keeps_the_sinks_and_shifts_the_window():
+    """One eviction by hand: sinks keep slot, key and position; the window moves
+    down ``evict`` slots, its keys rotated by -evict positions."""
+    config = training.model_config("rope", TRAIN, max_factor=1)
+    rope = flax_posenc.RopeConfig(head_dim=config.head_dim)
+    policy = streaming.Streaming(n_sink=1, window=4, evict=2)
+    raw = jax.random.normal(
+        jax.random.key(0), (1, 5, config.num_heads, config.head_dim)
+    )
+    positions = jnp.arange(5)[None]
+    cache = transformer.Cache(
+        (transformer.KVCache(flax_posenc.apply_rope(raw, positions, rope), raw),),
+        positions=positions,
+        valid=jnp.ones((1, 5), bool),
+        index=jnp.array([5]),
+    )
+    evicted, (moved,) = streaming.evict_oldest(cache, (raw,), rope=rope, policy=policy)
+    np.testing.assert_array_equal(moved[0, :3], raw[0, [0, 3, 4]])
+    np.testing.assert_array_equal(evicted.valid, [[True, True, True, False, False]])
+    np.testing.assert_array_equal(evicted.index, [3])
+    np.testing.assert_array_equal(evicted.positions, [[0, 1, 2, 3, 4]])
+    want = flax_posenc.apply_rope(moved, evicted.positions, rope)
+    np.testing.assert_allclose(evicted.layers[0].k[:, :3], want[:, :3], atol=1e-6)
+    np.testing.assert_array_equal(evicted.layers[0].v[0, :3], raw[0, [0, 3, 4]])
