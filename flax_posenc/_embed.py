@@ -7,6 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from flax_posenc._exact_angles import AnglePrecision
 from flax_posenc._validation import (
     check_positions,
     check_positive_int,
@@ -65,12 +66,18 @@ def add_sinusoidal(
     base: float,
     layout: SinusoidalLayout,
     spacing: SinusoidalSpacing,
+    angle_precision: AnglePrecision,
     dtype: Any,
 ) -> jax.Array:
     """``embeddings [..., L, D] + sinusoidal_encoding(positions, D)`` (the modules)."""
     positions = embedding_positions(embeddings, positions)
     encoding = sinusoidal_encoding(
-        positions, embeddings.shape[-1], base=base, layout=layout, spacing=spacing
+        positions,
+        embeddings.shape[-1],
+        base=base,
+        layout=layout,
+        spacing=spacing,
+        angle_precision=angle_precision,
     )
     return add_encoding(embeddings, encoding, dtype)
 

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from flax.typing import Dtype
 
 from flax_posenc._embed import add_learned, add_sinusoidal, check_features
+from flax_posenc._exact_angles import AnglePrecision
 from flax_posenc._validation import check_positive_int
 from flax_posenc.alibi import alibi_bias
 from flax_posenc.learned import OutOfRange
@@ -48,6 +49,8 @@ class SinusoidalPositionalEncoding(nn.Module):
       base: as in :func:`flax_posenc.sinusoidal_encoding`.
       layout: ``"interleaved"`` or ``"half"``.
       spacing: ``"paper"`` or ``"tensor2tensor"``.
+      angle_precision: ``"float32"`` or ``"exact"`` (see
+        :data:`flax_posenc.AnglePrecision`).
       dtype: output dtype; None infers it (the embeddings').
 
     Examples:
@@ -62,6 +65,7 @@ class SinusoidalPositionalEncoding(nn.Module):
     base: float = 10000.0
     layout: SinusoidalLayout = "interleaved"
     spacing: SinusoidalSpacing = "paper"
+    angle_precision: AnglePrecision = "float32"
     dtype: Dtype | None = None
 
     def __call__(
@@ -73,6 +77,7 @@ class SinusoidalPositionalEncoding(nn.Module):
             base=self.base,
             layout=self.layout,
             spacing=self.spacing,
+            angle_precision=self.angle_precision,
             dtype=self.dtype,
         )
 

@@ -18,6 +18,7 @@ from flax import nnx
 from flax.typing import Dtype
 
 from flax_posenc._embed import add_learned, add_sinusoidal
+from flax_posenc._exact_angles import AnglePrecision
 from flax_posenc._validation import check_positive_int
 from flax_posenc.alibi import alibi_bias
 from flax_posenc.learned import OutOfRange
@@ -53,6 +54,7 @@ class SinusoidalPositionalEncoding(nnx.Module):
 
     layout: SinusoidalLayout
     spacing: SinusoidalSpacing
+    angle_precision: AnglePrecision
 
     def __init__(
         self,
@@ -60,11 +62,13 @@ class SinusoidalPositionalEncoding(nnx.Module):
         base: float = 10000.0,
         layout: SinusoidalLayout = "interleaved",
         spacing: SinusoidalSpacing = "paper",
+        angle_precision: AnglePrecision = "float32",
         dtype: Dtype | None = None,
     ):
         self.base = base
         self.layout = layout
         self.spacing = spacing
+        self.angle_precision = angle_precision
         self.dtype = dtype
 
     def __call__(
@@ -76,6 +80,7 @@ class SinusoidalPositionalEncoding(nnx.Module):
             base=self.base,
             layout=self.layout,
             spacing=self.spacing,
+            angle_precision=self.angle_precision,
             dtype=self.dtype,
         )
 
