@@ -18,6 +18,10 @@ from flax_posenc.alibi import alibi_bias as alibi_bias
 from flax_posenc.alibi import alibi_slopes as alibi_slopes
 from flax_posenc.attention import attention_fn_override as attention_fn_override
 from flax_posenc.attention import positional_attention_fn as positional_attention_fn
+from flax_posenc.blockwise import AlibiBias as AlibiBias
+from flax_posenc.blockwise import PositionBias as PositionBias
+from flax_posenc.blockwise import RelativeBias as RelativeBias
+from flax_posenc.blockwise import blockwise_attention as blockwise_attention
 from flax_posenc.hf import HFRope as HFRope
 from flax_posenc.hf import LayerRope as LayerRope
 from flax_posenc.hf import hf_decode_seq_lens as hf_decode_seq_lens
@@ -74,6 +78,7 @@ from flax_posenc.xpos import xpos_cos_sin as xpos_cos_sin
 __version__ = "0.1.0"
 
 __all__ = [
+    "AlibiBias",
     "DynamicNTKScaling",
     "HFRope",
     "LayerRope",
@@ -82,8 +87,10 @@ __all__ = [
     "LongRopeScaling",
     "NTKScaling",
     "OutOfRange",
+    "PositionBias",
     "ProportionalScaling",
     "QueryScaling",
+    "RelativeBias",
     "RopeConfig",
     "RopeFrequencies",
     "RopeLayout",
@@ -104,6 +111,7 @@ __all__ = [
     "apply_xpos",
     "attention_fn_override",
     "axial_rope_cos_sin",
+    "blockwise_attention",
     "grid_positions",
     "hf_decode_seq_lens",
     "learned_embedding_lookup",
