@@ -85,7 +85,8 @@ def positional_attention_fn(
 
     Returns:
       A function with ``attention_fn``'s signature (Flax inspects it to decide which
-      keyword arguments to pass).
+      keyword arguments to pass); with a bias function, the keywords of Flax's
+      ``dot_product_attention`` that Flax's modules pass.
 
     Raises:
       ValueError: neither ``rope`` nor ``bias`` given, ``rope`` or a bias function

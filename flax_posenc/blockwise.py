@@ -87,7 +87,8 @@ class AlibiBias:
     num_heads: int
 
     def __post_init__(self):
-        check_positive_int("num_heads", self.num_heads)
+        num_heads = check_positive_int("num_heads", self.num_heads)
+        object.__setattr__(self, "num_heads", num_heads)
 
     def __call__(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
         """float32 ``[..., N, L, S]``, see :func:`flax_posenc.alibi_bias`."""
@@ -454,11 +455,11 @@ def _check_qkv(q: Any, k: Any, v: Any) -> tuple[int, int, int, int, int]:
 
 
 def _rows(x: jax.Array, batch_shape: tuple[int, ...]) -> jax.Array:
-    """int32 ``[1, n]`` for ``[n]``, else ``[..., n]`` broadcast to ``[B, n]``."""
+    """int32 ``[1, n]`` if shared by the batch, else ``[..., n]`` as ``[B, n]``."""
     x = x.astype(jnp.int32)
-    if x.ndim == 1:
-        return x[None]
     n = x.shape[-1]
+    if all(d == 1 for d in x.shape[:-1]):
+        return x.reshape(1, n)
     x = x.reshape((1,) * (len(batch_shape) + 1 - x.ndim) + x.shape)
     return jnp.broadcast_to(x, batch_shape + (n,)).reshape(-1, n)
 

@@ -371,13 +371,19 @@ def test_memory_at_32k_is_under_a_64th_of_the_dense_bias(grad):
 COLLECTIVE = re.compile(r"= (\S+) (all-gather|all-reduce|all-to-all|collective-\w+)")
 
 
-@pytest.mark.parametrize("axis_type", [AxisType.Auto, AxisType.Explicit], ids=str)
-def test_sharded_over_batch_and_heads_equals_unsharded(axis_type):
+@pytest.mark.parametrize(
+    "axis_type, per_sequence",
+    [(AxisType.Auto, False), (AxisType.Auto, True), (AxisType.Explicit, True)],
+    ids=str,
+)
+def test_sharded_over_batch_and_heads_equals_unsharded(axis_type, per_sequence):
     q, k, v = qkv((4,), 12, 12, 8, 8, 4, seed=6)
     table = np.random.default_rng(7).standard_normal((32, 8)).astype(np.float32)
     # Packed rows: per-sequence offsets, so a wrong shard of positions shows.
     positions = np.arange(12)[None] + np.array([[0], [3], [17], [40]])
     segments = np.array([[1] * 5 + [2] * 7] * 4)
+    if not per_sequence:
+        positions, segments = positions[:1], segments[:1]  # shared by the batch
 
     def attend(q, k, v, table, positions, segments):
         return fp.blockwise_attention(
@@ -396,7 +402,8 @@ def test_sharded_over_batch_and_heads_equals_unsharded(axis_type):
     want = jax.jit(attend)(*args)
     mesh = jax.make_mesh((2, 4), ("data", "heads"), axis_types=(axis_type,) * 2)
     heads = P("data", None, "heads")
-    specs = (heads, heads, heads, P(None, "heads"), P("data"), P("data"))
+    rows = P("data") if per_sequence else P()
+    specs = (heads, heads, heads, P(None, "heads"), rows, rows)
     sharded = [
         jax.device_put(x, NamedSharding(mesh, spec))
         for x, spec in zip(args, specs, strict=True)
@@ -405,9 +412,11 @@ def test_sharded_over_batch_and_heads_equals_unsharded(axis_type):
     got = compiled(*sharded)
     assert got.sharding.is_equivalent_to(NamedSharding(mesh, heads), got.ndim)
     np.testing.assert_allclose(got, want, atol=1e-6, rtol=1e-6)
-    # Skipping fully masked tiles needs one scalar "any" over the batch shards.
+    # Skipping fully masked tiles: one scalar "any" over the batch shards when
+    # positions differ per sequence, nothing when they are shared.
     collectives = set(COLLECTIVE.findall(compiled.as_text()))
-    assert collectives <= {("pred[]", "all-reduce")}, collectives
+    allowed = {("pred[]", "all-reduce")} if per_sequence else set()
+    assert collectives <= allowed, collectives
 
 
 def test_positional_attention_fn_in_linen_equals_the_array_bias():
