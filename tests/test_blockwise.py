@@ -484,6 +484,22 @@ def test_positional_attention_fn_nnx_decode_cache_with_t5_table():
     np.testing.assert_allclose(jnp.concatenate(decoded, 1), want, atol=1e-5)
 
 
+def test_positional_attention_fn_takes_flax_is_causal_and_dtype():
+    q, k, v = qkv((2,), 6, 6, 4, 2, 8, seed=8)
+    positions = np.arange(6)
+    attend = jax.jit(
+        fp.positional_attention_fn(bias=fp.AlibiBias(4), q_positions=positions),
+        static_argnames=("is_causal", "dtype"),
+    )
+    want = blockwise_jit(bias=fp.AlibiBias(4), causal=True)(
+        q, k, v, q_positions=positions
+    )
+    np.testing.assert_array_equal(attend(q, k, v, is_causal=True), want)
+    low = attend(q, k, v, is_causal=True, dtype=jnp.bfloat16)
+    assert low.dtype == jnp.bfloat16
+    np.testing.assert_allclose(low.astype(np.float32), want, atol=3e-2)
+
+
 Q, K, V = qkv((2,), 6, 6, 4, 2, 8)
 POS = jnp.arange(6)
 
