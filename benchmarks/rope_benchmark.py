@@ -19,7 +19,10 @@ temp memory (``memory_analysis().temp_size_in_bytes``), and from the optimized H
 many top-level ops write a full q-sized array and where sin/cos are evaluated. A last
 'long context' line times q ``[1, 32768, 32, 128]`` bfloat16 and reports the achieved
 bandwidth (q read + written, tables not counted) and, on a device whose peak is known
-or given by ``--peak-gbps``, the fraction of it.
+or given by ``--peak-gbps``, the fraction of it. A 'blockwise' section times causal
+ALiBi attention through ``blockwise_attention`` against XLA's dense attention with the
+materialised bias (forward and grad, ratios printed) and reports the blockwise temp
+memory at ``L = S = 32768`` (compiled, not run).
 
 Run: ``python benchmarks/rope_benchmark.py`` (``--quick`` for small shapes, for CI;
 ``--json out.json`` to save the figures). On CPU, glibc's allocator page-faults on every
@@ -317,6 +320,103 @@ def bench_t5(heads: int, length: int, repeats: int) -> dict[str, Any]:
     return {"shape": [heads, length, length], "results": results}
 
 
+def blockwise_alibi(heads: int) -> Callable:
+    """Causal ALiBi attention, bias per tile: ``blockwise_attention``."""
+
+    def attend(q, k, v, positions):
+        return fp.blockwise_attention(
+            q, k, v, q_positions=positions, bias=fp.AlibiBias(heads), causal=True
+        )
+
+    return attend
+
+
+def dense_alibi(heads: int) -> Callable:
+    """Causal ALiBi attention with the ``[N, L, S]`` bias: XLA's dense attention."""
+
+    def attend(q, k, v, positions):
+        bias = fp.alibi_bias(positions, positions, heads)[None]
+        return jax.nn.dot_product_attention(q, k, v, bias=bias, is_causal=True)
+
+    return attend
+
+
+def grad_of(fn: Callable) -> Callable:
+    """The gradient of ``sum(fn(q, k, v, positions) ** 2)`` in q, k and v."""
+    return jax.grad(lambda *a: jnp.sum(fn(*a) ** 2), argnums=(0, 1, 2))
+
+
+def bench_blockwise(
+    batch: int, heads: int, length: int, head_dim: int, repeats: int
+) -> dict[str, Any]:
+    """Causal ALiBi attention: ``blockwise_attention`` vs dense with the bias array.
+
+    Dense is ``jax.nn.dot_product_attention`` (XLA) with ``alibi_bias`` materialised
+    and ``is_causal=True``; forward and ``grad`` are timed. Also compiles (no run)
+    the blockwise forward and grad at ``L = S = 32768``, 16 heads, H = 64, for their
+    temp memory next to the 64 GiB of the dense float32 bias.
+    """
+    keys = jax.random.split(jax.random.key(0), 3)
+    q, k, v = (jax.random.normal(key, (batch, length, heads, head_dim)) for key in keys)
+    positions = jnp.arange(length, dtype=jnp.int32)
+    dense, blockwise = dense_alibi(heads), blockwise_alibi(heads)
+    fns = {
+        "dense": dense,
+        "blockwise": blockwise,
+        "dense grad": grad_of(dense),
+        "blockwise grad": grad_of(blockwise),
+    }
+    results = measure(fns, {name: (q, k, v, positions) for name in fns}, repeats)
+    for entry in results.values():
+        del entry["hlo_text"]
+    np.testing.assert_allclose(
+        jax.jit(blockwise)(q, k, v, positions),
+        jax.jit(dense)(q, k, v, positions),
+        atol=2e-5,
+        rtol=2e-5,
+    )
+    long, long_heads = 32768, 16
+    x = jax.ShapeDtypeStruct((1, long, long_heads, 64), jnp.float32)
+    long_positions = jax.ShapeDtypeStruct((long,), jnp.int32)
+    long_temp = {}
+    for name, fn in (
+        ("forward", blockwise_alibi(long_heads)),
+        ("grad", grad_of(blockwise_alibi(long_heads))),
+    ):
+        compiled = jax.jit(fn).lower(x, x, x, long_positions).compile()
+        memory = compiled.memory_analysis()
+        long_temp[name] = (
+            getattr(memory, "temp_size_in_bytes", None) if memory else None
+        )
+    return {
+        "shape": [batch, length, heads, head_dim],
+        "results": results,
+        "long_shape": [1, long, long_heads, 64],
+        "long_temp_bytes": long_temp,
+        "long_dense_bias_bytes": long_heads * long * long * 4,
+    }
+
+
+def print_blockwise(case: dict[str, Any]) -> None:
+    res = case["results"]
+    print(f"\nblockwise vs dense causal ALiBi attention, q/k/v {case['shape']} float32")
+    for name, entry in res.items():
+        print(
+            f"  {name:<16} compile {entry['compile_s']:.2f} s, median "
+            f"{entry['median_ms']:.2f} ms, temp {mib(entry['temp_bytes'])} MiB"
+        )
+    for what in ("", " grad"):
+        ratio = res[f"dense{what}"]["median_ms"] / res[f"blockwise{what}"]["median_ms"]
+        print(f"  dense{what} / blockwise{what} = {ratio:.2f}")
+    dense_bias = case["long_dense_bias_bytes"]
+    for name, temp in case["long_temp_bytes"].items():
+        fraction = "?" if temp is None else f"1/{dense_bias / temp:.0f}"
+        print(
+            f"  at {case['long_shape']}: blockwise {name} temp {mib(temp)} MiB = "
+            f"{fraction} of the dense float32 bias ({dense_bias / 2**30:.0f} GiB)"
+        )
+
+
 def targets(
     cases: list[dict[str, Any]],
     long: dict[str, Any],
@@ -485,9 +585,11 @@ def main() -> None:
     if args.quick:
         shape, long_shape, repeats = (2, 256, 4, 128), (1, 2048, 8, 128), 5
         sin_sizes, t5_sizes = (2, 256, 256, 1024), (4, 256)
+        blockwise_sizes = (1, 4, 512, 64)
     else:
         shape, long_shape, repeats = (4, 2048, 16, 128), (1, 32768, 32, 128), 15
         sin_sizes, t5_sizes = (4, 2048, 1024, 8192), (16, 1024)
+        blockwise_sizes = (1, 8, 2048, 64)
     repeats = args.repeats or repeats
     device = jax.devices()[0]
     peak = args.peak_gbps or PEAK_GBPS.get(device.device_kind)
@@ -517,6 +619,8 @@ def main() -> None:
     )
     t5 = bench_t5(*t5_sizes, repeats)
     print_simple(f"T5 relative_position_bias {t5['shape']}", t5)
+    blockwise = bench_blockwise(*blockwise_sizes, max(3, repeats // 3))
+    print_blockwise(blockwise)
     env["loadavg_1min_end"] = os.getloadavg()[0]
     rows = targets(cases, long, sinusoidal, t5)
     print(
@@ -534,6 +638,7 @@ def main() -> None:
                     "long_context": long,
                     "sinusoidal": sinusoidal,
                     "t5": t5,
+                    "blockwise": blockwise,
                     "targets": rows,
                 },
                 f,

@@ -20,6 +20,10 @@ from flax_posenc.alibi import alibi_bias as alibi_bias
 from flax_posenc.alibi import alibi_slopes as alibi_slopes
 from flax_posenc.attention import attention_fn_override as attention_fn_override
 from flax_posenc.attention import positional_attention_fn as positional_attention_fn
+from flax_posenc.blockwise import AlibiBias as AlibiBias
+from flax_posenc.blockwise import PositionBias as PositionBias
+from flax_posenc.blockwise import RelativeBias as RelativeBias
+from flax_posenc.blockwise import blockwise_attention as blockwise_attention
 from flax_posenc.cache_shift import rope_shift as rope_shift
 from flax_posenc.context_extension import ExtensionMethod as ExtensionMethod
 from flax_posenc.context_extension import RopeWavelengths as RopeWavelengths
@@ -82,6 +86,7 @@ from flax_posenc.xpos import xpos_cos_sin as xpos_cos_sin
 __version__ = "0.1.0"
 
 __all__ = [
+    "AlibiBias",
     "AnglePrecision",
     "DynamicNTKScaling",
     "ExtensionMethod",
@@ -93,8 +98,10 @@ __all__ = [
     "MropeLayout",
     "NTKScaling",
     "OutOfRange",
+    "PositionBias",
     "ProportionalScaling",
     "QueryScaling",
+    "RelativeBias",
     "RopeConfig",
     "RopeFrequencies",
     "RopeLayout",
@@ -116,6 +123,7 @@ __all__ = [
     "apply_xpos",
     "attention_fn_override",
     "axial_rope_cos_sin",
+    "blockwise_attention",
     "extend_context",
     "grid_positions",
     "hf_decode_seq_lens",

@@ -202,6 +202,7 @@ def relative_position_bias(
         )
     if not jnp.issubdtype(table.dtype, jnp.floating):
         raise TypeError(f"`table` must be floating point, got dtype {table.dtype}.")
+    table = jnp.asarray(table)  # a numpy table too
     buckets = relative_position_bucket(
         relative_positions(q_positions, k_positions),
         bidirectional=bidirectional,
