@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from jax_compat import enable_x64
 
 import flax_posenc as fp
 from flax_posenc import nnx as pnnx
@@ -431,21 +432,12 @@ def test_no_matmul_forms_an_angle(name):
     assert not primitives & {"dot_general", "conv_general_dilated"}, primitives
 
 
-def _enable_x64():
-    """``jax.enable_x64(True)``; ``jax.experimental.enable_x64()`` before jax 0.8."""
-    if hasattr(jax, "enable_x64"):
-        return jax.enable_x64(True)
-    from jax.experimental import enable_x64
-
-    return enable_x64()
-
-
 def test_float64_q_under_x64_keeps_float32_angles():
     """The documented float32 angle rounding holds for a float64 q too."""
     positions = np.array([0, 1, 1000, 70000, 131071])
     inv_freq = np.float32(10000.0 ** -(np.arange(0, 8, 2) / 8))
     angle = np.float32(positions.astype(np.float32)[:, None] * inv_freq[None, :])
-    with _enable_x64():
+    with enable_x64():
         x = jnp.asarray(np.random.default_rng(0).normal(size=(5, 1, 8)))
         got = np.asarray(fp.apply_rope(x, jnp.asarray(positions), CONFIG))
         assert got.dtype == np.float64

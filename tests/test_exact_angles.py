@@ -20,6 +20,7 @@ import pytest
 import rope_reference as ref
 from hypothesis import given
 from hypothesis import strategies as st
+from jax_compat import enable_x64
 
 import flax_posenc as fp
 from flax_posenc.testing import assert_shift_invariance
@@ -266,7 +267,7 @@ def test_an_exact_config_is_host_data():
 def test_x64_positions_must_hold_int32_values():
     config = fp.RopeConfig(head_dim=16, angle_precision="exact")
     inv_freq, _ = ref.frequencies(config)
-    with jax.enable_x64(True):
+    with enable_x64():
         positions = jnp.array([2**31 - 1, -(2**31), 10**9])
         assert positions.dtype == jnp.int64
         cos, sin = jax.jit(lambda p: fp.rope_cos_sin(p, config))(positions)

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax_compat import enable_x64
 
 from flax_posenc._sincos import _sin_cos_cpu, sin_cos, sin_quarter_turns_cpu
 
@@ -105,10 +106,7 @@ def test_accelerators_keep_xla_sin_cos():
 
 def test_sin_cos_under_x64_stays_float32():
     x = np.float32([0.5, 3.0, 1e6])
-    enable_x64 = getattr(jax, "enable_x64", None)
-    if enable_x64 is None:  # jax < 0.8
-        from jax.experimental import enable_x64 as enable_x64
-    with enable_x64(True):
+    with enable_x64():
         sin, cos = jax.jit(sin_cos)(jnp.asarray(x))
         turned = jax.jit(sin_quarter_turns_cpu)(jnp.asarray(x), jnp.int32(1))
     assert sin.dtype == cos.dtype == turned.dtype == jnp.float32
