@@ -124,6 +124,25 @@ def _length(scaling: object, field: str = "original_max_position_embeddings") ->
     object.__setattr__(scaling, field, value)
 
 
+class _StaticFrequencies:
+    """``frequencies`` of the families that do not use ``seq_len``: their
+    ``frequencies_float64``, rounded once to float32."""
+
+    depends_on_seq_len: ClassVar[bool] = False
+
+    def frequencies_float64(
+        self, theta: float, rotary_dim: int, seq_len: int | None = None
+    ) -> tuple[np.ndarray, float]:
+        raise NotImplementedError
+
+    def frequencies(
+        self, theta: float, rotary_dim: int, seq_len: SeqLen = None
+    ) -> RopeFrequencies:
+        """``frequencies_float64`` rounded once to float32 (``seq_len`` unused)."""
+        del seq_len
+        return _static(*self.frequencies_float64(theta, rotary_dim))
+
+
 class _NTKExponent:
     """``validate`` of the NTK families: the exponent ``R / (R - 2)`` needs ``R > 2``."""
 
@@ -168,7 +187,7 @@ def _ntk_theta(theta: float, factor: float, rotary_dim: int) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class LinearScaling(_FitsAnyRotary):
+class LinearScaling(_StaticFrequencies, _FitsAnyRotary):
     """Position interpolation: ``inv_freq = inv_freq_default / factor``.
 
     Attributes:
@@ -176,28 +195,20 @@ class LinearScaling(_FitsAnyRotary):
     """
 
     factor: float
-    depends_on_seq_len: ClassVar[bool] = False
 
     def __post_init__(self):
         _positive(self, "factor")
 
-    def frequencies(
-        self, theta: float, rotary_dim: int, seq_len: SeqLen = None
-    ) -> RopeFrequencies:
-        """``theta^(-2i/R) / factor``."""
-        del seq_len
-        return _static(*self.frequencies_float64(theta, rotary_dim))
-
     def frequencies_float64(
         self, theta: float, rotary_dim: int, seq_len: int | None = None
     ) -> tuple[np.ndarray, float]:
-        """``frequencies`` in float64 on the host, before its float32 rounding."""
+        """``theta^(-2i/R) / factor``, in float64 on the host."""
         del seq_len
         return _default_inv_freq(theta, rotary_dim) / self.factor, 1.0
 
 
 @dataclasses.dataclass(frozen=True, init=False)
-class NTKScaling(_NTKExponent):
+class NTKScaling(_StaticFrequencies, _NTKExponent):
     """Static NTK-aware scaling: ``theta' = theta * factor^(R / (R - 2))``.
 
     transformers' static NTK (and Hunyuan's ``alpha``) use this formula.
@@ -208,7 +219,6 @@ class NTKScaling(_NTKExponent):
     """
 
     factor: float
-    depends_on_seq_len: ClassVar[bool] = False
 
     def __init__(self, factor: float | None = None, *, alpha: float | None = None):
         if alpha is not None:
@@ -230,17 +240,10 @@ class NTKScaling(_NTKExponent):
         """Deprecated name of ``factor``."""
         return self.factor
 
-    def frequencies(
-        self, theta: float, rotary_dim: int, seq_len: SeqLen = None
-    ) -> RopeFrequencies:
-        """``theta'^(-2i/R)`` with ``theta' = theta * factor^(R/(R-2))``."""
-        del seq_len
-        return _static(*self.frequencies_float64(theta, rotary_dim))
-
     def frequencies_float64(
         self, theta: float, rotary_dim: int, seq_len: int | None = None
     ) -> tuple[np.ndarray, float]:
-        """``frequencies`` in float64 on the host, before its float32 rounding."""
+        """``theta'^(-2i/R)`` with ``theta' = theta * factor^(R/(R-2))``, in float64 on the host."""
         del seq_len
         scaled_theta = _ntk_theta(theta, self.factor, rotary_dim)
         return _default_inv_freq(scaled_theta, rotary_dim), 1.0
@@ -302,7 +305,7 @@ def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class YarnScaling(_AttentionFactorOldName):
+class YarnScaling(_StaticFrequencies, _AttentionFactorOldName):
     """YaRN: interpolate slow frequencies, keep fast ones, ramp in between, and scale
     cos/sin by an attention factor.
 
@@ -332,7 +335,6 @@ class YarnScaling(_AttentionFactorOldName):
     mscale_all_dim: float | None = None
     attention_factor: float | None = None
     truncate: bool = True
-    depends_on_seq_len: ClassVar[bool] = False
 
     def __post_init__(self):
         _positive(self, "factor")
@@ -379,17 +381,10 @@ class YarnScaling(_AttentionFactorOldName):
                 f"YarnScaling needs theta > 1 (it divides by ln theta), got {theta}."
             )
 
-    def frequencies(
-        self, theta: float, rotary_dim: int, seq_len: SeqLen = None
-    ) -> RopeFrequencies:
-        """The blended frequencies and the attention factor."""
-        del seq_len
-        return _static(*self.frequencies_float64(theta, rotary_dim))
-
     def frequencies_float64(
         self, theta: float, rotary_dim: int, seq_len: int | None = None
     ) -> tuple[np.ndarray, float]:
-        """``frequencies`` in float64 on the host, before its float32 rounding."""
+        """The blended frequencies and the attention factor, in float64 on the host."""
         del seq_len
 
         def correction_dim(rotations: float) -> float:
@@ -531,7 +526,7 @@ class LongRopeScaling(_AttentionFactorOldName):
 
 
 @dataclasses.dataclass(frozen=True)
-class Llama3Scaling(_FitsAnyRotary):
+class Llama3Scaling(_StaticFrequencies, _FitsAnyRotary):
     """Llama 3.1: wavelengths ``w = 2 pi / inv_freq`` longer than ``orig /
     low_freq_factor`` are divided by ``factor``, shorter than ``orig /
     high_freq_factor`` kept, and those between blended with
@@ -549,7 +544,6 @@ class Llama3Scaling(_FitsAnyRotary):
     low_freq_factor: float
     high_freq_factor: float
     original_max_position_embeddings: int
-    depends_on_seq_len: ClassVar[bool] = False
 
     def __post_init__(self):
         _positive(self, "factor")
@@ -562,17 +556,10 @@ class Llama3Scaling(_FitsAnyRotary):
                 f"{self.high_freq_factor} < {self.low_freq_factor}."
             )
 
-    def frequencies(
-        self, theta: float, rotary_dim: int, seq_len: SeqLen = None
-    ) -> RopeFrequencies:
-        """The banded frequencies."""
-        del seq_len
-        return _static(*self.frequencies_float64(theta, rotary_dim))
-
     def frequencies_float64(
         self, theta: float, rotary_dim: int, seq_len: int | None = None
     ) -> tuple[np.ndarray, float]:
-        """``frequencies`` in float64 on the host, before its float32 rounding."""
+        """The banded frequencies, in float64 on the host."""
         del seq_len
         original = self.original_max_position_embeddings
         inv_freq = _default_inv_freq(theta, rotary_dim)
@@ -592,7 +579,7 @@ class Llama3Scaling(_FitsAnyRotary):
 
 
 @dataclasses.dataclass(frozen=True)
-class ProportionalScaling(_FitsAnyRotary):
+class ProportionalScaling(_StaticFrequencies, _FitsAnyRotary):
     """Gemma 4's proportional RoPE: frequencies use the exponent ``2i / R`` of the
     full rotation but only the first ``int(partial_rotary_factor * R // 2)`` are
     non-zero (the rest do not rotate); all are divided by ``factor``.
@@ -604,7 +591,6 @@ class ProportionalScaling(_FitsAnyRotary):
 
     partial_rotary_factor: float
     factor: float = 1.0
-    depends_on_seq_len: ClassVar[bool] = False
 
     def __post_init__(self):
         _positive(self, "factor")
@@ -615,17 +601,10 @@ class ProportionalScaling(_FitsAnyRotary):
                 f"{self.partial_rotary_factor}."
             )
 
-    def frequencies(
-        self, theta: float, rotary_dim: int, seq_len: SeqLen = None
-    ) -> RopeFrequencies:
-        """The proportional frequencies, zero past the rotated fraction."""
-        del seq_len
-        return _static(*self.frequencies_float64(theta, rotary_dim))
-
     def frequencies_float64(
         self, theta: float, rotary_dim: int, seq_len: int | None = None
     ) -> tuple[np.ndarray, float]:
-        """``frequencies`` in float64 on the host, before its float32 rounding."""
+        """The proportional frequencies, zero past the rotated fraction, in float64 on the host."""
         del seq_len
         rotated = int(self.partial_rotary_factor * rotary_dim // 2)
         inv_freq = _default_inv_freq(theta, rotary_dim)
