@@ -274,9 +274,10 @@ def _split_blocks(cfg: _Config, given: dict | None) -> dict[str | None, dict | N
         partial = check_length(cfg.where("qk_rope_head_dim"), rope_dim) / head
     if partial is None:
         partial = cfg.defaults["partial_rotary_factor"]
+    theta = cfg.explicit("rope_theta")
     main = {
         "rope_type": "default",
-        "rope_theta": cfg.explicit("rope_theta") or nested["main"]["rope_theta"],
+        "rope_theta": nested["main"]["rope_theta"] if theta is None else theta,
         "partial_rotary_factor": partial,
     }
     rope_type = flat.pop("rope_type", flat.pop("type", "default"))
@@ -442,14 +443,14 @@ def _check_keys(cfg: _Config, block: Mapping[str, Any], rope_type: str, where: s
 # --------------------------------------------------------------------------------------
 
 
-def _layer_overrides(
+def _layer_head_dim(
     cfg: _Config, layer_types: tuple[str, ...] | None, layer_type: str | None
-) -> dict[str, Any]:
-    """The ``per_layer_config`` overrides shared by the layers of ``layer_type``
+) -> Any:
+    """The ``per_layer_config`` head size of the layers of ``layer_type``, or None
     (transformers' per-layer-type view refuses layers of one type that differ)."""
     per_layer = cfg.config.get("per_layer_config")
     if not per_layer:
-        return {}
+        return None
     if not isinstance(per_layer, Mapping):
         raise TypeError(
             f"{cfg.where('per_layer_config')} must be a dict, got {per_layer!r}."
@@ -486,7 +487,7 @@ def _layer_overrides(
             "flax_posenc does not guess which one it uses."
         )
     if not rope_keys:
-        return {}
+        return None
     indices = [i for i, t in enumerate(layer_types or ()) if t == layer_type]
     chosen = {by_index.get(i, {}).get("head_dim") for i in indices}
     if len(chosen) > 1:
@@ -495,18 +496,15 @@ def _layer_overrides(
             f"different head_dim overrides {sorted(map(str, chosen))}; transformers' "
             "rotary module refuses that too."
         )
-    value = chosen.pop() if chosen else None
-    return {} if value is None else {"head_dim": value}
+    return chosen.pop() if chosen else None
 
 
 def _head_dim(
     cfg: _Config, layer_type: str | None, layer_types: tuple[str, ...] | None
 ) -> int:
-    overrides = _layer_overrides(cfg, layer_types, layer_type)
-    if "head_dim" in overrides:
-        return check_length(
-            cfg.where("per_layer_config head_dim"), overrides["head_dim"]
-        )
+    override = _layer_head_dim(cfg, layer_types, layer_type)
+    if override is not None:
+        return check_length(cfg.where("per_layer_config head_dim"), override)
     if cfg.model.global_head_dim is not None and layer_type == "full_attention":
         value = cfg.config.get("global_head_dim", cfg.model.global_head_dim)
         return check_length(cfg.where("global_head_dim"), value)
@@ -785,11 +783,14 @@ def _layer_types(cfg: _Config, count: int) -> tuple[str, ...] | None:
     return tuple(values)
 
 
-def _layer_thetas(cfg: _Config, count: int) -> tuple[float, ...]:
-    """``layer_rope_theta``: one base per layer, 0 for NoPE (Granite SWA, Muse)."""
+def _layer_thetas(cfg: _Config, count: int) -> tuple[float | None, ...]:
+    """``layer_rope_theta`` (Granite SWA, Muse): each layer's base, 0 for NoPE; None
+    where the layer uses the block's ``rope_theta``."""
+    if cfg.model.nope not in ("layer_rope_theta", "layer_rope_switch"):
+        return (None,) * count
     values = cfg.config.get("layer_rope_theta")
     if values is None and cfg.model.nope == "layer_rope_theta":
-        return (None,) * count  # type: ignore[return-value]  # rope_theta everywhere
+        return (None,) * count  # the class repeats rope_theta
     if values is None:
         raise ValueError(
             f"The {cfg.model_type!r} config needs `layer_rope_theta`: its class "
@@ -830,8 +831,6 @@ def _uses_rope(cfg: _Config, count: int, layer_types: tuple[str, ...] | None):
     if cfg.model.nope == "use_mem_rope":  # Zamba 2 opts in
         flag = check_bool(cfg.where("use_mem_rope"), cfg.get("use_mem_rope", False))
         return (flag,) * count
-    if cfg.model.nope in ("layer_rope_theta", "layer_rope_switch"):
-        return tuple(theta != 0 for theta in _layer_thetas(cfg, count))
     if cfg.model.nope == "position_embedding_type":  # Granite hybrids opt in
         value = cfg.get("position_embedding_type")
         if value not in (None, "rope"):
@@ -922,19 +921,16 @@ def read_hf_rope(config: Mapping[str, Any]) -> HFRope:
         key: _layer_rope(cfg, block, key, layer_types) for key, block in blocks.items()
     }
     uses_rope = _uses_rope(cfg, count, layer_types)
-    thetas: tuple[float | None, ...] = (None,) * count
-    if cfg.model.nope in ("layer_rope_theta", "layer_rope_switch"):
-        thetas = _layer_thetas(cfg, count)
+    thetas = _layer_thetas(cfg, count)
     if cfg.model.nope == "layer_rope_switch":  # its rotary module uses rope_theta
         theta = per_type[None].rope.theta  # type: ignore[union-attr]
         for i, value in enumerate(thetas):
-            if value not in (None, 0, theta):
+            if value not in (0, theta):
                 raise ValueError(
                     f"{cfg.where('layer_rope_theta')}[{i}] is {value}: transformers' "
                     f"{cfg.model_type!r} reads it only as RoPE on/off and rotates with "
                     f"rope_theta = {theta}; give 0 or {theta}."
                 )
-        thetas = (None,) * count
     temperature = None
     if cfg.model.query_scaling == "llama4" and check_bool(
         cfg.where("attn_temperature_tuning"), cfg.get("attn_temperature_tuning", False)
@@ -960,9 +956,9 @@ def read_hf_rope(config: Mapping[str, Any]) -> HFRope:
                     f"rope_parameters {sorted(k for k in per_type if k)} do not cover."
                 )
             layer = per_type[kind]
-        if not uses_rope[index]:
+        if not uses_rope[index] or thetas[index] == 0:
             layer = LayerRope(rope=None, query_scaling=temperature)
-        elif thetas[index] is not None and layer.rope is not None:  # Granite SWA
+        elif thetas[index] is not None and layer.rope is not None:  # its own base
             rope = dataclasses.replace(layer.rope, theta=thetas[index])
             layer = dataclasses.replace(layer, rope=rope)
         layers.append(layer)
