@@ -702,7 +702,7 @@ def _layer_rope(
     mrope_section = None
     mrope_layout: MropeLayout = "contiguous"
     if cfg.model.mrope == "alternating":  # rows alternate pair by pair (NeoMME)
-        half = (rotary - rotary % 2) // 2
+        half = rope.rotary_dim // 2
         mrope_section, mrope_layout = (half // 2, half - half // 2), "interleaved"
     elif cfg.model.mrope is not None:
         sections = block.get("mrope_section", cfg.model.mrope_section)
