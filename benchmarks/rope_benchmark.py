@@ -12,7 +12,9 @@ from steady state, ``block_until_ready``, round-robin repeats, median):
   (full-width ``cat(freqs, freqs)`` tables cast to q's dtype, ``rotate_half`` by
   ``concatenate``), positions ``[B, L]``;
 * ``exact [L]``: ``apply_rope`` with ``angle_precision="exact"`` (angles reduced in
-  fixed point, issue #12), positions ``[L]``, against ``apply_rope [L]``.
+  fixed point, issue #12), positions ``[L]``, against ``apply_rope [L]``;
+* ``pair swap``: q with each feature pair ``(2j, 2j + 1)`` swapped, no arithmetic:
+  what XLA alone spends on the neighbour reads of the interleaved layout.
 
 It prints the ratios apply_rope / floor and naive / apply_rope, each program's compiled
 temp memory (``memory_analysis().temp_size_in_bytes``), and from the optimized HLO how
@@ -25,7 +27,8 @@ materialised bias (forward and grad, ratios printed) and reports the blockwise t
 memory at ``L = S = 32768`` (compiled, not run).
 
 Run: ``python benchmarks/rope_benchmark.py`` (``--quick`` for small shapes, for CI;
-``--json out.json`` to save the figures). On CPU, glibc's allocator page-faults on every
+``--json out.json`` to save the figures; ``--vector-width 512`` compiles every
+program with 512-bit vectors, for AVX-512 CPUs). On CPU, glibc's allocator page-faults on every
 fresh large output, which hides compute; see ``benchmarks/README.md`` for the jemalloc
 run the targets refer to.
 """
@@ -94,6 +97,13 @@ def naive_rope(q: jax.Array, positions: jax.Array, inv_freq: jax.Array) -> jax.A
 INSTRUCTION = re.compile(r"^  (?:ROOT )?%\S+ = (\([^)]*\)|\S+) ([a-z\-]+)\(")
 
 
+def swap_pairs(q: jax.Array) -> jax.Array:
+    """``out[2j] = q[2j + 1]``, ``out[2j + 1] = q[2j]``: no arithmetic, only the
+    neighbour reads an interleaved rotation needs (XLA:CPU's own cost of them)."""
+    view = q.reshape(q.shape[:-1] + (q.shape[-1] // 2, 2))
+    return jax.lax.rev(view, (view.ndim - 1,)).reshape(q.shape)
+
+
 def hlo_summary(hlo: str, q_size: int) -> dict[str, Any]:
     """Top-level ops writing >= q_size elements, and the sizes where sin/cos run."""
     computations: dict[str, list[tuple[str, str, str]]] = {}
@@ -136,14 +146,18 @@ def hlo_summary(hlo: str, q_size: int) -> dict[str, Any]:
 
 
 def measure(
-    fns: dict[str, Callable], args: dict[str, tuple], repeats: int
+    fns: dict[str, Callable],
+    args: dict[str, tuple],
+    repeats: int,
+    options: dict[str, Any],
 ) -> dict[str, dict[str, Any]]:
-    """Compiles each function (timed), then times them round-robin; medians in ms."""
+    """Compiles each function (timed) with the XLA compiler ``options``, then times
+    them round-robin; medians in ms."""
     results: dict[str, dict[str, Any]] = {}
     compiled = {}
     for name, fn in fns.items():
         start = time.perf_counter()
-        compiled[name] = jax.jit(fn).lower(*args[name]).compile()
+        compiled[name] = jax.jit(fn).lower(*args[name]).compile(options)
         compile_s = time.perf_counter() - start
         jax.block_until_ready(compiled[name](*args[name]))  # warm-up
         memory = compiled[name].memory_analysis()
@@ -162,7 +176,9 @@ def measure(
     return results
 
 
-def bench_dtype(shape: tuple[int, ...], dtype: Any, repeats: int) -> dict[str, Any]:
+def bench_dtype(
+    shape: tuple[int, ...], dtype: Any, repeats: int, options: dict[str, Any]
+) -> dict[str, Any]:
     batch, length, _, head_dim = shape
     config = fp.RopeConfig(head_dim=head_dim)
     inv_freq = fp.rope_frequencies(config).inv_freq
@@ -183,6 +199,7 @@ def bench_dtype(shape: tuple[int, ...], dtype: Any, repeats: int) -> dict[str, A
         "apply_rope [L]": lambda q, p: fp.apply_rope(q, p, config),
         "cos/sin [B,L]": lambda p: fp.rope_cos_sin(p, config),
         "naive [B,L]": lambda q, p: naive_rope(q, p, inv_freq),
+        "pair swap": swap_pairs,
     }
     args = {
         "floor": (q,),
@@ -190,11 +207,12 @@ def bench_dtype(shape: tuple[int, ...], dtype: Any, repeats: int) -> dict[str, A
         "apply_rope [L]": (q, pos_l),
         "cos/sin [B,L]": (pos_bl,),
         "naive [B,L]": (q, pos_bl),
+        "pair swap": (q,),
     }
     for name, variant in variants.items():
         fns[name] = lambda q, p, c=variant: fp.apply_rope(q, p, c)
         args[name] = (q, pos_l)
-    results = measure(fns, args, repeats)
+    results = measure(fns, args, repeats, options)
     for entry in results.values():
         entry["hlo"] = hlo_summary(entry.pop("hlo_text"), q.size)
     ours = jax.jit(fns["apply_rope [B,L]"])(q, pos_bl)
@@ -216,7 +234,10 @@ def bench_dtype(shape: tuple[int, ...], dtype: Any, repeats: int) -> dict[str, A
 
 
 def bench_long_context(
-    shape: tuple[int, ...], repeats: int, peak_gbps: float | None
+    shape: tuple[int, ...],
+    repeats: int,
+    peak_gbps: float | None,
+    options: dict[str, Any],
 ) -> dict[str, Any]:
     config = fp.RopeConfig(head_dim=shape[-1])
     q = jax.random.normal(jax.random.key(0), shape, jnp.float32).astype(jnp.bfloat16)
@@ -225,7 +246,9 @@ def bench_long_context(
         "floor": lambda q: q * jnp.asarray(2, q.dtype),
         "apply_rope": lambda q, p: fp.apply_rope(q, p, config),
     }
-    results = measure(fns, {"floor": (q,), "apply_rope": (q, positions)}, repeats)
+    results = measure(
+        fns, {"floor": (q,), "apply_rope": (q, positions)}, repeats, options
+    )
     moved = 2 * q.nbytes
     out: dict[str, Any] = {"shape": list(shape), "dtype": "bfloat16", "bytes": moved}
     for entry in results.values():
@@ -258,7 +281,12 @@ def time_numpy(fn: Callable[[], Any], repeats: int) -> float:
 
 
 def bench_sinusoidal(
-    batch: int, length: int, dim: int, table_len: int, repeats: int
+    batch: int,
+    length: int,
+    dim: int,
+    table_len: int,
+    repeats: int,
+    options: dict[str, Any],
 ) -> dict[str, Any]:
     """sinusoidal_encoding of runtime positions and sinusoidal_table, vs a write floor.
 
@@ -285,7 +313,7 @@ def bench_sinusoidal(
             table_len, dim, layout=lay
         )
         args[f"table {layout}"] = ()
-    results = measure(fns, args, repeats)
+    results = measure(fns, args, repeats, options)
     for entry in results.values():
         del entry["hlo_text"]
     numpy_ms = {}
@@ -310,7 +338,9 @@ def bench_sinusoidal(
     }
 
 
-def bench_t5(heads: int, length: int, repeats: int) -> dict[str, Any]:
+def bench_t5(
+    heads: int, length: int, repeats: int, options: dict[str, Any]
+) -> dict[str, Any]:
     """relative_position_bias ``[N, L, L]`` vs a write floor of the same float32 size."""
     table = jax.random.normal(jax.random.key(0), (32, heads), jnp.float32)
     positions = jnp.arange(length, dtype=jnp.int32)
@@ -322,7 +352,7 @@ def bench_t5(heads: int, length: int, repeats: int) -> dict[str, Any]:
         "relative_position_bias": lambda t, q, k: fp.relative_position_bias(t, q, k),
     }
     args = {name: (table, positions, positions) for name in fns}
-    results = measure(fns, args, repeats)
+    results = measure(fns, args, repeats, options)
     for entry in results.values():
         del entry["hlo_text"]
     return {"shape": [heads, length, length], "results": results}
@@ -355,7 +385,12 @@ def grad_of(fn: Callable) -> Callable:
 
 
 def bench_blockwise(
-    batch: int, heads: int, length: int, head_dim: int, repeats: int
+    batch: int,
+    heads: int,
+    length: int,
+    head_dim: int,
+    repeats: int,
+    options: dict[str, Any],
 ) -> dict[str, Any]:
     """Causal ALiBi attention: ``blockwise_attention`` vs dense with the bias array.
 
@@ -374,7 +409,9 @@ def bench_blockwise(
         "dense grad": grad_of(dense),
         "blockwise grad": grad_of(blockwise),
     }
-    results = measure(fns, {name: (q, k, v, positions) for name in fns}, repeats)
+    results = measure(
+        fns, {name: (q, k, v, positions) for name in fns}, repeats, options
+    )
     for entry in results.values():
         del entry["hlo_text"]
     np.testing.assert_allclose(
@@ -391,7 +428,7 @@ def bench_blockwise(
         ("forward", blockwise_alibi(long_heads)),
         ("grad", grad_of(blockwise_alibi(long_heads))),
     ):
-        compiled = jax.jit(fn).lower(x, x, x, long_positions).compile()
+        compiled = jax.jit(fn).lower(x, x, x, long_positions).compile(options)
         memory = compiled.memory_analysis()
         long_temp[name] = (
             getattr(memory, "temp_size_in_bytes", None) if memory else None
@@ -589,7 +626,17 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, help="timed calls per program")
     parser.add_argument("--json", type=str, help="write the figures to this path")
     parser.add_argument("--peak-gbps", type=float, help="device peak memory bandwidth")
+    parser.add_argument(
+        "--vector-width",
+        type=int,
+        choices=(256, 512),
+        help="XLA:CPU's preferred vector width in bits for every program (the "
+        "compiler option xla_cpu_prefer_vector_width; default: XLA's, 256)",
+    )
     args = parser.parse_args()
+    options: dict[str, Any] = {}
+    if args.vector_width:
+        options["xla_cpu_prefer_vector_width"] = args.vector_width
     if args.quick:
         shape, long_shape, repeats = (2, 256, 4, 128), (1, 2048, 8, 128), 5
         sin_sizes, t5_sizes = (2, 256, 256, 1024), (4, 256)
@@ -609,31 +656,35 @@ def main() -> None:
         "loadavg_1min": os.getloadavg()[0],
         "LD_PRELOAD": os.environ.get("LD_PRELOAD", ""),
         "MALLOC_CONF": os.environ.get("MALLOC_CONF", ""),
+        "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
+        "compiler_options": options,
         "repeats": repeats,
     }
     print(" ".join(f"{k}={v}" for k, v in env.items()))
     cases = [
-        bench_dtype(shape, dtype, repeats) for dtype in (jnp.float32, jnp.bfloat16)
+        bench_dtype(shape, dtype, repeats, options)
+        for dtype in (jnp.float32, jnp.bfloat16)
     ]
     for case in cases:
         print_case(case)
-    long = bench_long_context(long_shape, max(3, repeats // 3), peak)
+    long = bench_long_context(long_shape, max(3, repeats // 3), peak, options)
     print_long(long)
-    sinusoidal = bench_sinusoidal(*sin_sizes, repeats)
+    sinusoidal = bench_sinusoidal(*sin_sizes, repeats, options)
     print_simple(
         f"sinusoidal: encoding of positions {sin_sizes[:2]} x {sin_sizes[2]}, "
         f"table ({sin_sizes[3]}, {sin_sizes[2]})",
         sinusoidal,
     )
-    t5 = bench_t5(*t5_sizes, repeats)
+    t5 = bench_t5(*t5_sizes, repeats, options)
     print_simple(f"T5 relative_position_bias {t5['shape']}", t5)
-    blockwise = bench_blockwise(*blockwise_sizes, max(3, repeats // 3))
+    blockwise = bench_blockwise(*blockwise_sizes, max(3, repeats // 3), options)
     print_blockwise(blockwise)
     env["loadavg_1min_end"] = os.getloadavg()[0]
     rows = targets(cases, long, sinusoidal, t5)
     print(
         f"\ntargets (issues #11, #12), load average {env['loadavg_1min']:.2f} at start, "
-        f"{env['loadavg_1min_end']:.2f} at end, LD_PRELOAD={env['LD_PRELOAD'] or '-'}"
+        f"{env['loadavg_1min_end']:.2f} at end, LD_PRELOAD={env['LD_PRELOAD'] or '-'}, "
+        f"vector width {args.vector_width or 'XLA default'}"
     )
     for what, figure, bound, met in rows:
         print(f"  {what:<62} {figure:6.2f}  {bound:<16} {'met' if met else 'NOT met'}")

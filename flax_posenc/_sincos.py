@@ -22,6 +22,8 @@ The CPU path, for a float32 angle ``x``:
 3. Cephes' minimax polynomials for ``sin`` and ``cos`` on ``[-pi/4, pi/4]``; the
    quadrant ``k mod 4`` (int32; XLA's convert saturates past 2^31, where any value
    in [-1, 1] is within the bound) picks one of them and flips its sign bit.
+   :func:`sin_quarter_turns_cpu`, which needs one of sin and cos per element,
+   reduces by ``pi`` instead and evaluates one polynomial on ``[-pi/2, pi/2]``.
 
 Error against float64 truth of the same float32 angle: within 2 ulp of the result
 plus ``|x| * 2^-24`` for every finite float32 angle (``tests/test_sincos.py``).
@@ -36,12 +38,13 @@ import numpy as np
 __all__ = ["sin_cos", "sin_cos_quadrant", "sin_quarter_turns_cpu"]
 
 _TWO_OVER_PI = np.float32(0.6366197466850281)
+_ONE_OVER_PI = np.float32(0.31830987334251404)
 # pi/2 = _C1 + _C2 to 2^-39 (relative); _C1 = 1.5703125 has 8 significant bits.
 _C1 = np.float32(1.5703125)
 _C2 = np.float32(0.0004838267923332751)
 _LOW_MANTISSA = np.uint32(0xFFFFF000)  # keeps the top 12 significant bits
-_R_MAX = np.float32(1.5707964)
-_I1, _I2, _I30 = np.int32(1), np.int32(2), np.int32(30)  # int32 under x64 too
+_R_MAX = np.float32(1.5707964)  # pi/2 rounded up
+_I1, _I2, _I30, _I31 = (np.int32(v) for v in (1, 2, 30, 31))  # int32 under x64 too
 # Cephes sinf / cosf on [-pi/4, pi/4].
 _S1, _S2, _S3 = (
     np.float32(v) for v in (-1.6666654611e-1, 8.3321608736e-3, -1.9515295891e-4)
@@ -50,21 +53,40 @@ _K1, _K2, _K3 = (
     np.float32(v)
     for v in (4.166664568298827e-2, -1.388731625493765e-3, 2.443315711809948e-5)
 )
+# sin r = r + r z (H1 + H2 z + H3 z^2 + H4 z^3), z = r^2, on [-pi/2, pi/2]: fitted to
+# the relative error (6e-9; minimax by reweighted least squares), rounded to float32.
+_H1, _H2, _H3, _H4 = (
+    np.float32(v)
+    for v in (
+        -1.6666659712791443e-1,
+        8.333065547049046e-3,
+        -1.980952511075884e-4,
+        2.605597046567709e-6,
+    )
+)
+
+
+def _minus_quarter_turns(x: jax.Array, m: jax.Array) -> jax.Array:
+    """``x - m pi/2`` for an integer-valued float32 ``m`` near ``x * 2/pi``.
+
+    Cody-Waite, step 1 of the module docstring: ``m`` split into ``m_hi`` (its top
+    12 significant bits) and ``m_lo``, so the two subtractions that cancel most of
+    ``x`` are exact with or without FMA contraction.
+    """
+    m_hi = jax.lax.bitcast_convert_type(
+        jax.lax.bitcast_convert_type(m, jnp.uint32) & _LOW_MANTISSA, jnp.float32
+    )
+    r = (x - m_hi * _C1) - (m - m_hi) * _C1  # both exact
+    return r - m * _C2  # m * (pi/2 - _C1 - _C2) < |x| * 2^-37: left out
 
 
 def _reduce(x: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``(r, q)``: ``x = r + (q + 4m) pi/2``, ``|r| <~ pi/4``, ``q`` int32 (mod 4)."""
     k = jnp.round(x * _TWO_OVER_PI)
-    k_hi = jax.lax.bitcast_convert_type(
-        jax.lax.bitcast_convert_type(k, jnp.uint32) & _LOW_MANTISSA, jnp.float32
-    )
-    k_lo = k - k_hi
-    r = (x - k_hi * _C1) - k_lo * _C1  # both exact
-    r = r - k * _C2  # k * (pi/2 - _C1 - _C2) < |x| * 2^-37: left out
     # |r| <= pi/4 (+ 2^-20) below |x| = 2^21; past it x * 2/pi can round to a
     # neighbour of k. The clamp bounds r where it is not reduced (|x| >~ 2^21); there
     # the result stays within |x| * 2^-24 of the truth (tests/test_sincos.py).
-    r = jnp.clip(r, -_R_MAX, _R_MAX)
+    r = jnp.clip(_minus_quarter_turns(x, k), -_R_MAX, _R_MAX)
     # Past 2^31 the convert saturates; any quadrant is then within the bound.
     return r, k.astype(jnp.int32)
 
@@ -131,14 +153,30 @@ def sin_cos_quadrant(r: jax.Array, q: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 @jax.jit
 def sin_quarter_turns_cpu(x: jax.Array, turns: jax.Array) -> jax.Array:
-    """``sin(x + turns * pi/2)`` on CPU, for int32 ``turns``.
+    """``sin(x + turns * pi/2)`` on CPU, for int32 ``turns``: one polynomial.
 
     0 turns is ``sin x``, 1 is ``cos x``. ``turns`` broadcasts against ``x`` (e.g. a
-    feature-parity row). The quarter turns move the quadrant, never the angle, so
-    they are exact. Only for a ``platform_dependent`` CPU branch: elsewhere
+    feature-parity row). Only for a ``platform_dependent`` CPU branch: elsewhere
     ``where(odd, cos, sin)`` would evaluate both.
+
+    ``sin(x + t pi/2) = (-1)^n sin r`` with ``n = round(x/pi + t/2)`` and ``r = x -
+    (2n - t) pi/2``: the quarter turns move the reduction point, never the angle, so
+    they are exact. One odd polynomial on ``[-pi/2, pi/2]`` replaces the two of
+    :func:`sin_cos` and the select between them: a third fewer operations, 1.25x
+    faster for a sinusoidal table. Where ``x/pi`` rounds to a neighbour of ``n``,
+    ``r`` passes ``pi/2`` by up to about ``|x| 2^-23`` and is clamped there; the
+    error that leaves stays within the bound, checked for every float32 in ``[2^22,
+    2^26)``, where it comes closest (0.95 of it; ``tests/test_sincos.py``).
     """
-    r, q = _reduce(jnp.asarray(x, jnp.float32))
-    s, c = _polynomials(r)
-    q = q + turns
-    return _negate_if(jnp.where((q & _I1) == _I1, c, s), q)
+    x = jnp.asarray(x, jnp.float32)
+    t = jnp.asarray(turns).astype(jnp.float32)
+    n = jnp.round(x * _ONE_OVER_PI + 0.5 * t)
+    r = jnp.clip(_minus_quarter_turns(x, 2.0 * n - t), -_R_MAX, _R_MAX)
+    z = r * r
+    s = r + (r * z) * (_H1 + z * (_H2 + z * (_H3 + z * _H4)))
+    # (-1)^n: bit 0 of n to the sign bit (n saturates past 2^31, where any sign is
+    # within the bound).
+    sign = jax.lax.shift_left(n.astype(jnp.int32), _I31)
+    return jax.lax.bitcast_convert_type(
+        jax.lax.bitcast_convert_type(s, jnp.int32) ^ sign, jnp.float32
+    )

@@ -3,7 +3,8 @@
 The rotation has two code paths chosen by layout and head-dim parity, and the
 interleaved one two partner reads chosen by dtype width (``flax_posenc/rope.py``).
 Each is checked against ``a cos - b sin, b cos + a sin`` in float64, with features
-past the rotary dim passed through bit for bit (inf and NaN included).
+past the rotary dim passed through bit for bit (inf and NaN included), compiled at
+XLA:CPU's default vector width and at the 512 bits the CPU guide recommends.
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ def _reference(x, cos, sin, layout):
     return out
 
 
+@pytest.mark.parametrize("vector_width", [None, 512])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize(
     ("head_dim", "rotary_dim"), [(16, 16), (16, 4), (16, 8), (18, 8), (15, 6)]
 )
-def test_rotate_paths_match_float64(dtype, layout, head_dim, rotary_dim):
+def test_rotate_paths_match_float64(dtype, layout, head_dim, rotary_dim, vector_width):
     x = jax.random.normal(jax.random.key(0), (2, 7, 3, head_dim), jnp.float32)
     x = x.astype(dtype)
     # inf / NaN / -0 in the pass-through features must come out unchanged.
@@ -47,7 +49,9 @@ def test_rotate_paths_match_float64(dtype, layout, head_dim, rotary_dim):
     config = fp.RopeConfig(head_dim=head_dim, rotary_dim=rotary_dim, layout=layout)
     positions = jnp.arange(7) * 37
     cos, sin = fp.rope_cos_sin(positions, config)
-    got = jax.jit(lambda x, c, s: fp.rope_rotate(x, c, s, layout=layout))(x, cos, sin)
+    options = {"xla_cpu_prefer_vector_width": vector_width} if vector_width else {}
+    rotate = jax.jit(lambda x, c, s: fp.rope_rotate(x, c, s, layout=layout))
+    got = rotate.lower(x, cos, sin).compile(options)(x, cos, sin)
     assert got.dtype == x.dtype
     want = _reference(np.asarray(x, np.float32), cos, sin, layout)
     tol = 1e-6 if dtype == jnp.float32 else 1e-2
