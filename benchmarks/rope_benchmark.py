@@ -28,9 +28,9 @@ memory at ``L = S = 32768`` (compiled, not run).
 
 Run: ``python benchmarks/rope_benchmark.py`` (``--quick`` for small shapes, for CI;
 ``--json out.json`` to save the figures; ``--vector-width 512`` compiles every
-program with 512-bit vectors, for AVX-512 CPUs). On CPU, glibc's allocator page-faults on every
-fresh large output, which hides compute; see ``benchmarks/README.md`` for the jemalloc
-run the targets refer to.
+program with 512-bit vectors, for AVX-512 CPUs). On CPU, glibc's allocator
+page-faults on every fresh large output, which hides compute; see
+``benchmarks/README.md`` for the jemalloc run the targets refer to.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from cpu_vector_width import VECTOR_WIDTHS, run_at_width
 
 import flax_posenc as fp
 
@@ -34,7 +35,7 @@ def _reference(x, cos, sin, layout):
     return out
 
 
-@pytest.mark.parametrize("vector_width", [None, 512])
+@pytest.mark.parametrize("vector_width", VECTOR_WIDTHS)
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize(
@@ -49,9 +50,13 @@ def test_rotate_paths_match_float64(dtype, layout, head_dim, rotary_dim, vector_
     config = fp.RopeConfig(head_dim=head_dim, rotary_dim=rotary_dim, layout=layout)
     positions = jnp.arange(7) * 37
     cos, sin = fp.rope_cos_sin(positions, config)
-    options = {"xla_cpu_prefer_vector_width": vector_width} if vector_width else {}
-    rotate = jax.jit(lambda x, c, s: fp.rope_rotate(x, c, s, layout=layout))
-    got = rotate.lower(x, cos, sin).compile(options)(x, cos, sin)
+    got = run_at_width(
+        lambda x, c, s: fp.rope_rotate(x, c, s, layout=layout),
+        x,
+        cos,
+        sin,
+        vector_width=vector_width,
+    )
     assert got.dtype == x.dtype
     want = _reference(np.asarray(x, np.float32), cos, sin, layout)
     tol = 1e-6 if dtype == jnp.float32 else 1e-2

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from cpu_vector_width import VECTOR_WIDTHS, run_at_width
 from jax_compat import enable_x64
 
 from flax_posenc._sincos import _sin_cos_cpu, sin_cos, sin_quarter_turns_cpu
@@ -49,22 +50,12 @@ def _angles() -> dict[str, np.ndarray]:
     }
 
 
-# XLA:CPU's default vector width, and the 512 bits the CPU guide recommends on
-# AVX-512 machines: other vector code, the same bound.
-VECTOR_WIDTHS = [None, 512]
-
-
-def _compiled(fn, *args, vector_width=None):
-    options = {"xla_cpu_prefer_vector_width": vector_width} if vector_width else {}
-    return jax.jit(fn).lower(*args).compile(options)(*args)
-
-
 @pytest.mark.parametrize("vector_width", VECTOR_WIDTHS)
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 @pytest.mark.parametrize("name", list(_angles()))
 def test_sin_cos_within_bound(name, sign, vector_width):
     x = sign * _angles()[name]
-    sin, cos = _compiled(_sin_cos_cpu, jnp.asarray(x), vector_width=vector_width)
+    sin, cos = run_at_width(_sin_cos_cpu, jnp.asarray(x), vector_width=vector_width)
     x64 = x.astype(np.float64)
     for got, truth in ((sin, np.sin(x64)), (cos, np.cos(x64))):
         ratio = _bound_ratio(np.asarray(got), truth, x)
@@ -77,7 +68,7 @@ def test_sin_cos_within_bound(name, sign, vector_width):
 def test_sin_quarter_turns_within_bound(turns, vector_width):
     x = np.concatenate(list(_angles().values()))
     x = np.concatenate([x, -x])
-    got = _compiled(
+    got = run_at_width(
         sin_quarter_turns_cpu,
         jnp.asarray(x),
         jnp.int32(turns),
@@ -89,15 +80,18 @@ def test_sin_quarter_turns_within_bound(turns, vector_width):
     assert _bound_ratio(np.asarray(got), truth, x).max() <= 1.0
 
 
+@pytest.mark.parametrize("sign", [1, -1])
 @pytest.mark.parametrize("turns", [0, 1])
 @pytest.mark.parametrize("exponent", [22, 23, 24, 25])
-def test_sin_quarter_turns_every_float32_where_the_bound_is_tightest(exponent, turns):
-    """All 2^23 float32 in [2^e, 2^(e+1)): where x/pi rounds to a neighbour of the
+def test_sin_quarter_turns_every_float32_where_the_bound_is_tightest(
+    exponent, turns, sign
+):
+    """All 2^23 float32 in [2^e, 2^(e+1)), and their negatives: where x/pi rounds to a neighbour of the
     half-turn count, the clamp's error comes within 0.95 of the bound (below 2^22 it
     stays under half of it; from 2^26 on, |x| 2^-24 >= 4 allows any value in
     [-1, 1])."""
     first = np.float32(2.0**exponent).view(np.uint32)
-    x = (first + np.arange(1 << 23, dtype=np.uint32)).view(np.float32)
+    x = sign * (first + np.arange(1 << 23, dtype=np.uint32)).view(np.float32)
     got = jax.jit(sin_quarter_turns_cpu)(jnp.asarray(x), jnp.int32(turns))
     x64 = x.astype(np.float64)
     truth = np.cos(x64) if turns else np.sin(x64)

@@ -13,10 +13,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from cpu_vector_width import VECTOR_WIDTHS, run_at_width
 
 import flax_posenc as fp
 
-WIDE = {"xla_cpu_prefer_vector_width": 512}
 Q = jax.random.normal(jax.random.key(0), (2, 64, 4, 128))
 POSITIONS = jnp.arange(64) * 37 + 5  # angles past a few turns
 
@@ -45,7 +45,7 @@ PROGRAMS = {
         for layout in ("interleaved", "half")
     },
     "relative_position_bias": (
-        lambda t, q, k: fp.relative_position_bias(t, q, k),
+        fp.relative_position_bias,
         (Q[0, :32, 0, :8], POSITIONS, POSITIONS * 3),
     ),
 }
@@ -54,8 +54,7 @@ PROGRAMS = {
 @pytest.mark.parametrize("name", list(PROGRAMS))
 def test_same_bits_at_512_bit_vectors(name):
     fn, args = PROGRAMS[name]
-    lowered = jax.jit(fn).lower(*args)
-    default, wide = lowered.compile()(*args), lowered.compile(WIDE)(*args)
+    default, wide = (run_at_width(fn, *args, vector_width=w) for w in VECTOR_WIDTHS)
     np.testing.assert_array_equal(
         np.asarray(default, np.float32), np.asarray(wide, np.float32)
     )
