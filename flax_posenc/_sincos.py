@@ -44,7 +44,7 @@ _C1 = np.float32(1.5703125)
 _C2 = np.float32(0.0004838267923332751)
 _LOW_MANTISSA = np.uint32(0xFFFFF000)  # keeps the top 12 significant bits
 _R_MAX = np.float32(1.5707964)  # pi/2 rounded up
-_I1, _I2, _I30, _I31 = (np.int32(v) for v in (1, 2, 30, 31))  # int32 under x64 too
+_I1 = np.int32(1)  # int32 under x64 too
 # Cephes sinf / cosf on [-pi/4, pi/4].
 _S1, _S2, _S3 = (
     np.float32(v) for v in (-1.6666654611e-1, 8.3321608736e-3, -1.9515295891e-4)
@@ -101,18 +101,18 @@ def _polynomials(r: jax.Array) -> tuple[jax.Array, jax.Array]:
     return s, c
 
 
-def _negate_if(value: jax.Array, flag: jax.Array) -> jax.Array:
-    """``-value`` where bit 1 of int32 ``flag`` is set: an xor of the sign bit."""
+def _negate_if(value: jax.Array, flag: jax.Array, bit: int) -> jax.Array:
+    """``-value`` where bit ``bit`` of int32 ``flag`` is set: an xor of the sign bit."""
     bits = jax.lax.bitcast_convert_type(value, jnp.int32)
-    sign = jax.lax.shift_left(flag & _I2, _I30)
+    sign = jax.lax.shift_left(flag & np.int32(1 << bit), np.int32(31 - bit))
     return jax.lax.bitcast_convert_type(bits ^ sign, jnp.float32)
 
 
 def _quadrant(s: jax.Array, c: jax.Array, q: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``(sin, cos)`` of ``r + q pi/2`` from ``s = sin r``, ``c = cos r``, int32 ``q``."""
     odd = (q & _I1) == _I1
-    sin = _negate_if(jnp.where(odd, c, s), q)
-    cos = _negate_if(jnp.where(odd, s, c), q + _I1)
+    sin = _negate_if(jnp.where(odd, c, s), q, bit=1)
+    cos = _negate_if(jnp.where(odd, s, c), q + _I1, bit=1)
     return sin, cos
 
 
@@ -180,9 +180,5 @@ def sin_quarter_turns_cpu(x: jax.Array, turns: jax.Array) -> jax.Array:
     r = jnp.clip(_minus_quarter_turns(x, 2.0 * n - t), -_R_MAX, _R_MAX)
     z = r * r
     s = r + (r * z) * (_H1 + z * (_H2 + z * (_H3 + z * _H4)))
-    # (-1)^n: bit 0 of n to the sign bit (n saturates past 2^31, where any sign is
-    # within the bound).
-    sign = jax.lax.shift_left(n.astype(jnp.int32), _I31)
-    return jax.lax.bitcast_convert_type(
-        jax.lax.bitcast_convert_type(s, jnp.int32) ^ sign, jnp.float32
-    )
+    # (-1)^n (n saturates past 2^31, where any sign is within the bound).
+    return _negate_if(s, n.astype(jnp.int32), bit=0)

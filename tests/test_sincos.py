@@ -86,10 +86,12 @@ def test_sin_quarter_turns_within_bound(turns, vector_width):
 def test_sin_quarter_turns_every_float32_where_the_bound_is_tightest(
     exponent, turns, sign
 ):
-    """All 2^23 float32 in [2^e, 2^(e+1)), and their negatives: where x/pi rounds to a neighbour of the
-    half-turn count, the clamp's error comes within 0.95 of the bound (below 2^22 it
-    stays under half of it; from 2^26 on, |x| 2^-24 >= 4 allows any value in
-    [-1, 1])."""
+    """All 2^23 float32 in [2^e, 2^(e+1)), and their negatives.
+
+    Where x/pi rounds to a neighbour of the half-turn count, the clamp's error comes
+    within 0.95 of the bound. Below 2^22 it stays under half of it; from 2^26 on,
+    |x| 2^-24 >= 4 allows any value in [-1, 1].
+    """
     first = np.float32(2.0**exponent).view(np.uint32)
     x = sign * (first + np.arange(1 << 23, dtype=np.uint32)).view(np.float32)
     got = jax.jit(sin_quarter_turns_cpu)(jnp.asarray(x), jnp.int32(turns))
