@@ -18,10 +18,12 @@ import jax
 import numpy as np
 from jax.core import Tracer
 
-from flax_posenc._validation import check_positive_float
+from flax_posenc._exact_angles import ANGLE_PRECISIONS, AnglePrecision
+from flax_posenc._validation import check_choice, check_positive_float
 
 __all__ = [
     "DEFAULT_OFFSETS",
+    "LARGEST_RTOL",
     "EncodingFn",
     "RotateFn",
     "assert_encoding_shape",
@@ -322,9 +324,45 @@ def _attention_scores(q: np.ndarray, k: np.ndarray) -> np.ndarray:
     return np.einsum("...mnh,...lnh->...nml", q, k)
 
 
-def _shift_invariance_rtol(dtype: Any, largest_position: int) -> float:
-    """``4 eps + 2^-21 P`` (see :func:`assert_shift_invariance`)."""
-    return 4 * float(jax.numpy.finfo(dtype).eps) + 2.0**-21 * int(largest_position)
+# Score deviations are relative to |q_m| |k_l|, so a tolerance of 1 would allow a
+# shift to move a score by its whole possible size; at 1/8 an encoding whose angles
+# are off by more than about 1/8 rad (7 degrees) can still fail.
+LARGEST_RTOL = 0.125
+"""The largest tolerance :func:`assert_shift_invariance` accepts (see there)."""
+
+
+def _angle_error(angle_precision: str, largest_position: int) -> float:
+    """A bound on the error of one angle: ``2^-23 P`` rad for float32 angles (one
+    radian per position, two roundings), ``2^-21`` for exact ones (within 3e-7)."""
+    if angle_precision == "exact":
+        return 2.0**-21
+    return 2.0**-23 * largest_position
+
+
+def _default_rtol(dtype: Any, angle_precision: str, offset: int, position: int):
+    """``4 eps + 4 delta`` (see :func:`assert_shift_invariance`), or a ValueError
+    where that exceeds ``LARGEST_RTOL``, so that the check could not fail."""
+    eps = float(jax.numpy.finfo(dtype).eps)
+    rtol = 4 * eps + 4 * _angle_error(angle_precision, position)
+    if rtol <= LARGEST_RTOL:
+        return rtol
+    if angle_precision == "float32" and 4 * eps < LARGEST_RTOL:
+        below = int((LARGEST_RTOL - 4 * eps) * 2**21)
+        hint = (
+            "Use exact angles (RopeConfig(angle_precision='exact') in `rotate` and "
+            f"angle_precision='exact' here), or offsets that keep positions below "
+            f"{below:,} ({np.dtype(dtype)} outputs)."
+        )
+    else:
+        hint = "Use a more precise output dtype."
+    raise ValueError(
+        f"`offsets`: at offset {offset} (largest position {position}) the default "
+        f"tolerance is {rtol:.3g} |q_m| |k_l| (angle_precision={angle_precision!r}: "
+        f"each angle off by up to {_angle_error(angle_precision, position):.3g} rad; "
+        f"{np.dtype(dtype)} eps {eps:.3g}), above LARGEST_RTOL = {LARGEST_RTOL}, so "
+        "the check could not tell a shift-invariant encoding from one that is not. "
+        f"{hint}"
+    )
 
 
 def assert_shift_invariance(
@@ -335,6 +373,7 @@ def assert_shift_invariance(
     offsets: Sequence[int],
     *,
     rtol: float | None = None,
+    angle_precision: AnglePrecision = "float32",
 ) -> None:
     """Asserts the scores ``q_m . k_l`` after ``rotate`` depend on ``m - l`` only.
 
@@ -351,6 +390,28 @@ def assert_shift_invariance(
     ``N`` is a multiple of ``K``; the ``G = N // K`` consecutive q heads ``n`` share k
     head ``n // G``, as in Llama (``repeat_kv``) and ``jax.nn.dot_product_attention``.
 
+    The default tolerance for offset ``o`` is ``4 eps + 4 delta``: ``eps`` the output
+    dtype's machine epsilon, ``delta`` a bound on the error of one angle. A difference
+    of two scores involves four angles (q at ``m`` and k at ``l``, before and after the
+    shift), and rounding the four rotated vectors to the output dtype adds at most
+    ``2 eps``, so ``4 eps`` leaves a factor two.
+
+    - ``angle_precision="float32"`` (``rotate`` forms ``float32(p) * inv_freq``):
+      ``delta = 2^-23 P_o``, ``P_o = max(|p|, |p + o|)`` the largest position the two
+      compared scores were computed at (two roundings of at most ``|p| inv_freq
+      2^-24`` each, with RoPE's fastest frequency ``inv_freq = 1``). So the tolerance
+      is ``4 eps + 2^-21 P_o``: about ``1e-4`` for offset 1 at positions below 200
+      in float32, whatever larger offsets the same call tests.
+    - ``angle_precision="exact"`` (``RopeConfig(angle_precision="exact")``, whose cos
+      and sin are within ``3e-7`` at every int32 position): ``delta = 2^-21``, a
+      tolerance of ``2.4e-6`` in float32 at any offset.
+
+    A tolerance above :data:`LARGEST_RTOL` (``1/8``) raises ``ValueError`` instead of
+    checking: a score change of ``|q_m| |k_l| / 8`` is what a rotation off by ``1/8``
+    rad makes, so such a check would pass encodings that are not shift invariant. For
+    float32 angles this happens from ``P_o`` of about 262000 (at ``4e6`` no score
+    change could fail it): test large offsets with exact angles.
+
     Args:
       rotate: the position-dependent map under test.
       q: float ``[..., L, N, H]`` queries, e.g. random normal.
@@ -358,21 +419,9 @@ def assert_shift_invariance(
       positions: concrete integer ``[..., L]``, broadcastable to ``q.shape[:-2]``.
       offsets: the offsets ``o`` tested (ints, at least one).
       rtol: tolerance relative to ``|q'_m| |k'_l|``, for every offset; None sizes it
-        per offset (below).
-
-    The default tolerance for offset ``o`` is ``4 eps + 2^-21 P_o``: ``eps`` the
-    output dtype's machine epsilon, ``P_o = max(|p|, |p + o|)`` the largest position
-    the two compared scores were computed at. A float32 angle ``p * inv_freq``
-    carries two roundings (of ``inv_freq`` and of the product), each at most ``|p| *
-    inv_freq * 2^-24``; with RoPE's fastest frequency ``inv_freq = 1`` (one radian
-    per position) that is ``|p| 2^-23``. A difference of two scores involves four
-    angles (q at ``m`` and k at ``l``, before and after the shift), all at ``|p| <=
-    P_o``: ``4 * 2^-23 P_o = 2^-21 P_o``. Rounding the four rotated vectors to the
-    output dtype adds at most ``2 eps``, and ``4 eps`` leaves a factor two. Sized by
-    the shifted positions, a large offset (``10**6``: about ``0.48``) neither fails a
-    correct encoding nor loosens the check of the small offsets beside it (offset 1
-    at positions below 200: about ``1e-4`` in float32). An encoding whose fastest
-    frequency exceeds one radian per position needs an explicit ``rtol``.
+        per offset (above). At most :data:`LARGEST_RTOL`.
+      angle_precision: how ``rotate`` forms its angles, ``"float32"`` or ``"exact"``
+        (see :data:`flax_posenc.AnglePrecision`); it sizes the default tolerance.
 
     Raises:
       AssertionError: naming the offset, the largest deviation and the tolerance; or
@@ -382,15 +431,23 @@ def assert_shift_invariance(
         ``rtol``.
       ValueError: ``q``/``k`` not ``[..., L, N, H]``, their shapes disagree, ``N``
         not a multiple of ``K``, ``positions`` empty or not broadcastable to
-        ``q.shape[:-2]``, no ``offsets``, shifted positions outside int32, or
-        ``rtol <= 0``.
+        ``q.shape[:-2]``, no ``offsets``, shifted positions outside int32, ``rtol <=
+        0``, an unknown ``angle_precision``, or a tolerance above
+        :data:`LARGEST_RTOL`.
 
     Examples:
       >>> config = fp.RopeConfig(head_dim=8)
       >>> rotate = lambda x, p: fp.apply_rope(x, p, config)
       >>> q = jax.random.normal(jax.random.key(0), (6, 8, 8))  # [L, N=8, H]
       >>> k = jax.random.normal(jax.random.key(1), (6, 2, 8))  # [L, K=2, H]
-      >>> fp.testing.assert_shift_invariance(rotate, q, k, np.arange(6), [1, 10**6])
+      >>> fp.testing.assert_shift_invariance(rotate, q, k, np.arange(6), [1, 10**5])
+
+      Far offsets need exact angles, which keep the check tight:
+
+      >>> exact = fp.RopeConfig(head_dim=8, angle_precision="exact")
+      >>> fp.testing.assert_shift_invariance(
+      ...     lambda x, p: fp.apply_rope(x, p, exact), q, k, np.arange(6), [2**30],
+      ...     angle_precision="exact")
     """
     _check_callable("rotate", rotate)
     _check_heads(q, k)
@@ -408,29 +465,42 @@ def assert_shift_invariance(
     offsets = _check_offsets(offsets, positions)
     if rtol is not None:
         rtol = check_positive_float("rtol", rtol)
+        if rtol > LARGEST_RTOL:
+            raise ValueError(
+                f"`rtol` must be at most LARGEST_RTOL = {LARGEST_RTOL}, got {rtol}: a "
+                "check that lets a shift move a score by more than |q_m| |k_l| / 8 "
+                "would pass encodings that are not shift invariant."
+            )
+    check_choice("angle_precision", angle_precision, ANGLE_PRECISIONS)
 
     def rotated(x: jax.Array, p: np.ndarray) -> tuple[np.ndarray, np.dtype]:
         out = rotate(x, jax.numpy.asarray(p))
         chex.assert_equal_shape([x, out])
         return np.asarray(out, np.float64), np.dtype(out.dtype)
 
-    q_rot, q_dtype = rotated(q, positions)
-    k_rot, k_dtype = rotated(k, positions)
+    (q_rot, q_dtype), (k_rot, k_dtype) = rotated(q, positions), rotated(k, positions)
     eps_dtype = max(q_dtype, k_dtype, key=lambda d: jax.numpy.finfo(d).eps)
+    largest_base = int(np.max(np.abs(positions)))
+    tolerances = {}
+    for offset in offsets:
+        largest = max(largest_base, int(np.max(np.abs(positions + offset))))
+        if rtol is None:
+            tolerances[offset] = _default_rtol(
+                eps_dtype, angle_precision, offset, largest
+            )
+        else:
+            tolerances[offset] = rtol
     base = _attention_scores(q_rot, k_rot)
     norms = _attention_scores(
         np.linalg.norm(q_rot, axis=-1, keepdims=True),
         np.linalg.norm(k_rot, axis=-1, keepdims=True),
     )
-    largest_base = int(np.max(np.abs(positions)))
-    for offset in offsets:
+    for offset, tolerance in tolerances.items():
         shifted_positions = positions + offset
         shifted = _attention_scores(
             rotated(q, shifted_positions)[0], rotated(k, shifted_positions)[0]
         )
         deviations = np.abs(shifted - base) / np.maximum(norms, 1e-30)
-        largest = max(largest_base, int(np.max(np.abs(shifted_positions))))
-        tolerance = _shift_invariance_rtol(eps_dtype, largest) if rtol is None else rtol
         worst = np.unravel_index(np.argmax(deviations), deviations.shape)
         deviation = deviations[worst]
         if not deviation <= tolerance:
@@ -438,11 +508,18 @@ def assert_shift_invariance(
             where = f"head {head}, query {query}, key {key}" + (
                 f", batch index {tuple(batch)}" if batch else ""
             )
+            largest = max(largest_base, int(np.max(np.abs(shifted_positions))))
             sized = (
-                f" (sized by the largest position, {largest})" if rtol is None else ""
+                f" (sized by the largest position, {largest}, and "
+                f"angle_precision={angle_precision!r})"
+                if rtol is None
+                else ""
             )
             raise AssertionError(
                 f"q_m . k_l depends on absolute positions: shifting them by "
                 f"offset={offset} changes the scores by up to {deviation:.3g} "
-                f"|q_m| |k_l| ({where}) > rtol = {tolerance:.3g}{sized}."
+                f"|q_m| |k_l| ({where}) > rtol = {tolerance:.3g}{sized}. If `rotate` "
+                "is RoPE with frequencies that follow the positions (dynamic NTK or "
+                "LongRoPE with seq_len=None, where seq_len = max(positions) + 1), "
+                "pass a fixed seq_len: only then is it shift invariant."
             )

@@ -43,6 +43,28 @@ def test_offset_linearity_needs_more_positions_than_rank():
         testing.assert_relative_offset_linearity(encode, np.arange(8), offsets=[1])
 
 
+@pytest.mark.parametrize("offset", [1, 100, 10**5, 10**7, 2**30, 2**31 - 1 - 199])
+def test_offset_linearity_can_fail_at_every_offset_it_accepts(offset):
+    """Offsets are accepted up to int32; at each, an exact-angle sinusoidal encoding
+    passes and a random table (indexed mod its size) fails."""
+    exact = functools.partial(fp.sinusoidal_encoding, dim=16, angle_precision="exact")
+    testing.assert_relative_offset_linearity(exact, POSITIONS, offsets=[offset])
+    table = jax.random.normal(jax.random.key(0), (509, 16))
+    with pytest.raises(AssertionError, match=f"offset k={offset}: residual"):
+        testing.assert_relative_offset_linearity(
+            lambda p: table[p % 509], POSITIONS, offsets=[offset]
+        )
+
+
+def test_module_shapes_assertion_both_ways():
+    dims = chex.Dimensions(B=2, L=5, D=8)
+    x = jnp.zeros((2, 5, 8))
+    testing.assert_module_shapes(x, x, dims=dims, spec="BLD")
+    for wrong in (jnp.zeros((2, 5, 9)), jnp.zeros((2, 5))):
+        with pytest.raises(AssertionError):
+            testing.assert_module_shapes(x, wrong, dims=dims, spec="BLD")
+
+
 def test_encoding_shape_assertion_both_ways():
     positions = jnp.arange(6).reshape(2, 3)
     pe = fp.sinusoidal_encoding(positions, 4)
@@ -88,7 +110,7 @@ def test_seq_len_families_are_shift_invariant_only_within_one_regime(family):
     rotate = rope_fn(ref.make_config(family, head_dim=8))
     below = ref.ORIGINAL - 1 - int(SHIFT_POSITIONS.max())
     testing.assert_shift_invariance(rotate, Q, K, SHIFT_POSITIONS, [1, below])
-    with pytest.raises(AssertionError, match=f"offset={ref.ORIGINAL}"):
+    with pytest.raises(AssertionError, match=f"offset={ref.ORIGINAL}.* fixed seq_len"):
         testing.assert_shift_invariance(rotate, Q, K, SHIFT_POSITIONS, [ref.ORIGINAL])
 
 
@@ -215,19 +237,108 @@ def test_a_rope_with_mismatched_layout_is_not_shift_invariant(duplicate):
 
 @pytest.mark.parametrize("family", ref.FAMILIES)
 def test_tolerance_is_sized_by_the_shifted_positions(family):
-    """A correct RoPE passes at offset 10**6 from small positions (a tolerance sized
-    by the unshifted positions, ~1e-4, would fail it: float32 angles at 1e6 are off
-    by up to 1e6 * 2^-23 ~ 0.12 rad), and back from there to small ones."""
+    """A correct RoPE passes at offset 10**5 from small positions (a tolerance sized
+    by the unshifted positions, ~1e-4, would fail it: float32 angles at 1e5 are off
+    by up to 1e5 * 2^-23 ~ 0.012 rad), and back from there to small ones."""
     seq_len = 4096 if family in ref.SEQ_LEN_FAMILIES else None
     rotate = rope_fn(ref.make_config(family, head_dim=8), seq_len)
-    testing.assert_shift_invariance(rotate, Q, K, SHIFT_POSITIONS, [10**6])
-    far = SHIFT_POSITIONS + 10**6
-    testing.assert_shift_invariance(rotate, Q, K, far, [-(10**6), 1])
+    testing.assert_shift_invariance(rotate, Q, K, SHIFT_POSITIONS, [10**5])
+    far = SHIFT_POSITIONS + 10**5
+    testing.assert_shift_invariance(rotate, Q, K, far, [-(10**5), 1])
+
+
+# The largest position whose float32 default tolerance stays within LARGEST_RTOL.
+FLOAT32_LIMIT = int((testing.LARGEST_RTOL - 4 * 2.0**-23) * 2**21)
+INT32_MAX = 2**31 - 1
+SHIFT_MAX = int(SHIFT_POSITIONS.max())
+ACCEPTED_OFFSETS = {
+    "float32": [1, 17, 1000, 10**5, FLOAT32_LIMIT - SHIFT_MAX],
+    "exact": [1, 1000, 10**6, 10**7, 2**30, INT32_MAX - SHIFT_MAX],
+}
+
+
+def rope_other_theta_for_k(angle_precision):
+    """q rotated at theta 1e4, k at 1.5e4: norms kept, scores not relative. (The
+    helper passes `q` and `k` through as given, so `x is K` tells them apart.)"""
+    q_config, k_config = (
+        fp.RopeConfig(head_dim=8, theta=theta, angle_precision=angle_precision)
+        for theta in (1e4, 1.5e4)
+    )
+
+    def rotate(x, positions):
+        config = k_config if x is K else q_config
+        return fp.apply_rope(x, positions, config)
+
+    return rotate
+
+
+def add_sinusoidal(angle_precision):
+    def rotate(x, positions):
+        pe = fp.sinusoidal_encoding(positions, 8, angle_precision=angle_precision)
+        return x + pe[..., None, :]
+
+    return rotate
+
+
+def rope(angle_precision):
+    config = fp.RopeConfig(head_dim=8, angle_precision=angle_precision)
+    return lambda x, p: fp.apply_rope(x, p, config)
+
+
+@pytest.mark.parametrize(
+    "angle_precision, offset",
+    [(a, o) for a, offsets in ACCEPTED_OFFSETS.items() for o in offsets],
+)
+def test_shift_invariance_can_fail_at_every_offset_it_accepts(angle_precision, offset):
+    """At every offset the default tolerance accepts (up to its limit), a correct
+    RoPE passes and two planted wrong encodings fail: k rotated at another theta,
+    and an absolute encoding added to q and k."""
+    testing.assert_shift_invariance(
+        rope(angle_precision), Q, K, SHIFT_POSITIONS, [offset],
+        angle_precision=angle_precision,
+    )  # fmt: skip
+    for planted in (rope_other_theta_for_k, add_sinusoidal):
+        with pytest.raises(AssertionError, match=f"offset={offset} changes"):
+            testing.assert_shift_invariance(
+                planted(angle_precision), Q, K, SHIFT_POSITIONS, [offset],
+                angle_precision=angle_precision,
+            )  # fmt: skip
+
+
+def test_a_tolerance_that_cannot_fail_raises():
+    """Past FLOAT32_LIMIT the float32 default exceeds LARGEST_RTOL: a ValueError
+    names exact angles; an explicit rtol above LARGEST_RTOL raises too."""
+    just_past = FLOAT32_LIMIT + 1 - SHIFT_MAX
+    with pytest.raises(ValueError, match=r"above LARGEST_RTOL .* angle_precision="):
+        testing.assert_shift_invariance(
+            rope("float32"), Q, K, SHIFT_POSITIONS, [1, just_past]
+        )
+    with pytest.raises(ValueError, match=r"`rtol` must be at most LARGEST_RTOL"):
+        testing.assert_shift_invariance(
+            rope("float32"), Q, K, SHIFT_POSITIONS, [1], rtol=0.2
+        )
+
+
+def test_exact_default_tolerance_is_tight():
+    """With exact angles the default is 4 eps + 2^-19 at any offset (2.4e-6 in
+    float32), so k rotated at a theta only 1e-5 larger fails at 2**30."""
+    q_config = fp.RopeConfig(head_dim=8, angle_precision="exact")
+    k_config = fp.RopeConfig(
+        head_dim=8, theta=1e4 * (1 + 1e-5), angle_precision="exact"
+    )
+
+    def rotate(x, positions):
+        return fp.apply_rope(x, positions, k_config if x is K else q_config)
+
+    with pytest.raises(AssertionError, match=r"rtol = 2.38e-06"):
+        testing.assert_shift_invariance(
+            rotate, Q, K, SHIFT_POSITIONS, [2**30], angle_precision="exact"
+        )
 
 
 def test_a_large_offset_does_not_loosen_the_small_ones():
     """An angle error of 0.01 rad on odd positions keeps even offsets invariant and
-    breaks odd ones. Beside offset 10**6 (tolerance ~0.48) offset 1 must still be
+    breaks odd ones. Beside offset 2 * 10**5 (tolerance ~0.095) offset 1 must still be
     held to its own positions (< 202: ~1e-4), where a tolerance sized by the largest
     offset of the call would let it pass."""
     inv_freq = fp.rope_frequencies(fp.RopeConfig(head_dim=8)).inv_freq
@@ -238,10 +349,10 @@ def test_a_large_offset_does_not_loosen_the_small_ones():
         angles = angles + 0.01 * parity
         return fp.rope_rotate(x, jnp.cos(angles), jnp.sin(angles))
 
-    testing.assert_shift_invariance(rotate_parity, Q, K, SHIFT_POSITIONS, [10**6])
-    with pytest.raises(AssertionError, match=r"offset=1 .* position, 201\)"):
+    testing.assert_shift_invariance(rotate_parity, Q, K, SHIFT_POSITIONS, [2 * 10**5])
+    with pytest.raises(AssertionError, match=r"offset=1 .* position, 201, and"):
         testing.assert_shift_invariance(
-            rotate_parity, Q, K, SHIFT_POSITIONS, [10**6, 1]
+            rotate_parity, Q, K, SHIFT_POSITIONS, [2 * 10**5, 1]
         )
 
 
@@ -313,6 +424,8 @@ BAD_ARGUMENTS = [
     (SHIFT, "offsets", [2**31], ValueError, r"`offsets`: .* outside int32"),
     (SHIFT, "rtol", 0.0, ValueError, r"`rtol` must be a finite number > 0, got 0.0"),
     (SHIFT, "rtol", "1e-3", TypeError, r"`rtol` must be a number"),
+    (SHIFT, "rtol", 0.5, ValueError, r"`rtol` must be at most LARGEST_RTOL = 0.125"),
+    (SHIFT, "angle_precision", "x64", ValueError, r"`angle_precision` must be one"),
     # assert_relative_offset_linearity
     (LINEAR, "encode", "sinusoidal", TypeError, r"`encode` must be a function"),
     (LINEAR, "positions", [], ValueError, r"`positions` must be a non-empty"),
