@@ -184,7 +184,7 @@ LLAMA = {
             {**LLAMA, "rope_parameters": {"full_attention": {"rope_theta": 1e4}}},
             None,
             ValueError,
-            "do not cover",
+            r"nested by layer type \['full_attention'\], but it names no layer_types",
         ),
         (
             {**LLAMA, "rope_parameters": {"rope_theta": 1e4}},

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import warnings
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from flax_posenc._validation import check_bool, check_float, check_length
-from flax_posenc.hf._defaults import DEFAULTS
+from flax_posenc.hf._defaults import DEFAULTS, NEAR_TYPO_CHECKED
 from flax_posenc.hf._models import (
     COMMON,
     COMMON_TYPES,
@@ -24,6 +25,7 @@ from flax_posenc.hf._models import (
     MODELS,
     Model,
 )
+from flax_posenc.hf._typos import resembled
 from flax_posenc.query_scaling import QueryScaling
 from flax_posenc.rope import RopeConfig
 from flax_posenc.rope_nd import MropeLayout
@@ -77,6 +79,9 @@ _FAMILY_KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "proportional": (frozenset(), frozenset({"factor"})),
 }
 _ALIASES = {"mrope": "default"}  # Qwen2-VL's legacy type name
+# Block keys transformers indexes and computes with, so that a null fails there
+# (optional keys it reads with .get() or ``or`` treat a null as absent).
+_NULL_FAILS = frozenset({"rope_theta", "original_max_position_embeddings"})
 # Families whose pre-training length transformers moves into the block.
 _NEEDS_ORIGINAL = ("llama3", "yarn", "longrope")
 
@@ -223,6 +228,31 @@ class _Config:
         self.attribute_map: dict[str, str] = dict(
             self.defaults.get("attribute_map", {})
         )
+        # What the config class makes of a null (None) value, where it differs
+        # from leaving the key out: "none" (kept), "error", "ratio" (head_dim).
+        self.nulls: dict[str, str] = dict(self.defaults.get("null", {}))
+        self._check_keys()
+
+    def _check_keys(self) -> None:
+        """Refuses nulls the class refuses, and near misses of RoPE keys."""
+        for key, value in self.config.items():
+            field = self.attribute_map.get(key, key)
+            if value is None and (
+                key == "rope_theta" or self.nulls.get(field) == "error"
+            ):
+                raise ValueError(
+                    f"{self.where(key)} is null, which transformers' "
+                    f"{self.defaults['config_class']} cannot use (JSON null is a "
+                    "value, not 'unset'); give a value, or leave the key out for the "
+                    "class default."
+                )
+            like = None if key in NEAR_TYPO_CHECKED else resembled(key)
+            if like is not None:
+                raise ValueError(
+                    f"config[{key!r}] is not a key of any transformers config, and it "
+                    f"is close to {like!r}, which sets RoPE: transformers would "
+                    f"ignore it silently. Rename it to {like!r}, or remove it."
+                )
 
     def where(self, key: str) -> str:
         return f"config[{key!r}] ({self.model_type})"
@@ -239,9 +269,30 @@ class _Config:
         return None
 
     def get(self, key: str, default: Any = None) -> Any:
-        """The config's value of ``key`` (under any spelling), else the class's."""
+        """The config's value of ``key`` (under any spelling), else the class's. A
+        null the class keeps (or, for ``head_dim``, replaces by the ratio) is
+        None."""
         value = self.explicit(key)
+        if (
+            value is None
+            and self.is_null(key)
+            and self.nulls.get(key)
+            in (
+                "none",
+                "ratio",
+            )
+        ):
+            return None
         return self.defaults.get(key, default) if value is None else value
+
+    def is_null(self, key: str) -> bool:
+        """Whether the config sets ``key`` (under any spelling) to null."""
+        field = self.attribute_map.get(key, key)
+        names = [a for a, f in self.attribute_map.items() if f == field]
+        return any(
+            name in self.config and self.config[name] is None
+            for name in (*names, field)
+        )
 
 
 def _text_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -419,7 +470,20 @@ def _check_keys(cfg: _Config, block: Mapping[str, Any], rope_type: str, where: s
     required, optional = _FAMILY_KEYS[rope_type]
     if cfg.model.alpha and rope_type == "dynamic" and block.get("alpha"):
         required, optional = frozenset(), optional | {"factor"}  # alpha wins
-    present = {k for k, v in block.items() if v is not None}
+    nulls = sorted(
+        k
+        for k, v in block.items()
+        if v is None
+        and (k in required or k in _NULL_FAILS)
+        and (rope_type, k) != ("yarn", "factor")  # max / original, as transformers
+    )
+    if nulls:
+        raise ValueError(
+            f"{where} sets {nulls} to null (rope_type {rope_type!r}): transformers "
+            "reads a null as the value None and fails on it; give numbers, or leave "
+            "optional keys out."
+        )
+    present = set(block)
     if rope_type in _NEEDS_ORIGINAL:
         present.add("original_max_position_embeddings")  # filled in from the config
     missing = sorted(required - present)
@@ -586,6 +650,7 @@ def _scaling(
     def optional(key: str) -> float | None:
         return None if block.get(key) is None else number(key)
 
+    _warn_as_transformers(cfg, block, rope_type, where)
     if rope_type == "default":
         return None
     if rope_type == "linear":
@@ -615,6 +680,8 @@ def _scaling(
         factor = _max_positions(cfg) / original
     if rope_type == "yarn":
         truncate = block.get("truncate", True)
+        if truncate is None:  # transformers tests it as falsy: no truncation
+            truncate = False
         return YarnScaling(
             factor=factor,
             original_max_position_embeddings=original,
@@ -646,9 +713,68 @@ def _scaling(
     )
 
 
+def _warn(message: str) -> None:
+    warnings.warn(
+        f"transformers warns and computes on: {message}", UserWarning, stacklevel=4
+    )
+
+
+def _warn_as_transformers(
+    cfg: _Config, block: Mapping[str, Any], rope_type: str, where: str
+) -> None:
+    """The warnings transformers' ``_validate_*_rope_parameters`` log for values it
+    still computes with (same content; the numbers follow transformers too)."""
+    factor = block.get("factor")
+    if rope_type in ("linear", "dynamic", "yarn", "llama3") or factor is not None:
+        if factor is None or (isinstance(factor, (int, float)) and factor < 1.0):
+            _warn(f"{where}'s factor field must be a float or int >= 1, got {factor}")
+    original = block.get("original_max_position_embeddings")
+    if original is None and rope_type in _NEEDS_ORIGINAL:
+        original = cfg.get("max_position_embeddings")  # as transformers fills it in
+    maximum = cfg.get("max_position_embeddings")
+    if rope_type == "yarn":
+        if factor is not None and original and maximum:
+            implicit = maximum / original
+            if implicit not in (factor, 1):
+                _warn(
+                    f"The explicitly set RoPE scaling factor ({where}['factor'] = "
+                    f"{factor}) does not match the ratio implicitly set by other "
+                    "parameters (max_position_embeddings / "
+                    f"original_max_position_embeddings = {implicit}). Using the "
+                    f"explicit factor ({factor}) in YaRN."
+                )
+    if rope_type == "llama3":
+        low, high = block.get("low_freq_factor"), block.get("high_freq_factor")
+        if isinstance(low, (int, float)) and isinstance(high, (int, float)):
+            if high <= low:
+                _warn(
+                    f"{where}'s high_freq_factor field must be greater than "
+                    f"low_freq_factor, got high_freq_factor={high} and "
+                    f"low_freq_factor={low}"
+                )
+        if (
+            isinstance(original, int)
+            and isinstance(maximum, int)
+            and original >= maximum
+        ):
+            _warn(
+                f"{where}'s original_max_position_embeddings field must be less than "
+                f"max_position_embeddings, got {original} and "
+                f"max_position_embeddings={maximum}"
+            )
+    if rope_type == "longrope" and factor is None and original is not None:
+        _warn(
+            f"{where} has no factor: transformers takes max_position_embeddings / "
+            "original_max_position_embeddings for it, and recommends setting "
+            "`factor` to that ratio instead."
+        )
+
+
 def _layout(cfg: _Config) -> str:
     if cfg.model.interleave_key:
         value = cfg.get("rope_interleave", False)
+        if value is None:  # a null the class keeps: its attention tests it as falsy
+            return "half"
         return (
             "interleaved" if check_bool(cfg.where("rope_interleave"), value) else "half"
         )
@@ -950,6 +1076,14 @@ def read_hf_rope(config: Mapping[str, Any]) -> HFRope:
             if kind is not None and kind not in per_type and "attention" not in kind:
                 layers.append(LayerRope(rope=None))  # an MLP / conv layer: no attention
                 continue
+            if kind is None:
+                raise ValueError(
+                    f"The {cfg.model_type!r} config's rope_parameters are nested by "
+                    f"layer type {sorted(k for k in per_type if k)}, but it names no "
+                    "layer_types, so which block layer "
+                    f"{index} uses is unknown; give layer_types (one per layer), or "
+                    "a flat rope_parameters block."
+                )
             if kind not in per_type:
                 raise ValueError(
                     f"Layer {index} is of type {kind!r}, which the config's "
@@ -977,14 +1111,15 @@ def rope_config_from_hf(
 
     Args:
       config: a ``config.json`` as a dict (see :func:`read_hf_rope`).
-      layer_type: for configs with per-layer-type RoPE (Gemma 3/4:
-        ``"full_attention"`` / ``"sliding_attention"``); must be None otherwise.
+      layer_type: one of the config's layer types (Gemma 3/4:
+        ``"full_attention"`` / ``"sliding_attention"``): the RoPE of those layers.
+        None for configs whose layers share one RoPE; needed where they differ.
 
     Returns:
       The matching ``RopeConfig``.
 
     Raises:
-      ValueError: as :func:`read_hf_rope`; a missing, unneeded or unknown
+      ValueError: as :func:`read_hf_rope`; a missing or unknown
         ``layer_type``; or a layer that needs more than a ``RopeConfig``.
       TypeError: as :func:`read_hf_rope`.
 
@@ -1019,11 +1154,6 @@ def rope_config_from_hf(
         )
     if not isinstance(layer_type, str) or layer_type not in kinds:
         raise ValueError(f"`layer_type` must be one of {kinds}, got {layer_type!r}.")
-    if len(distinct) == 1:
-        raise ValueError(
-            f"`layer_type`={layer_type!r} given, but every layer of this "
-            f"{spec.model_type!r} config has the same RoPE; pass layer_type=None."
-        )
     chosen = {
         layer
         for kind, layer in zip(spec.layer_types or (), spec.layers, strict=True)

@@ -1,0 +1,174 @@
+"""The reader's rules where a config.json says less, or other, than it seems to.
+
+JSON null is a value; a key near a RoPE key is a typo; a value transformers only
+warns about is computed with, and warned about. Each rule here was read from
+transformers 5.24's code (config classes, ``modeling_rope_utils``, the models'
+attention) and, where transformers computes, pinned by ``hf_edge_cases.json``, which
+transformers itself wrote (``tests/fixtures/make_hf_edge_cases.py``).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+import flax_posenc as fp
+
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "max_position_embeddings": 4096,
+}
+YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}
+COHERE2 = {
+    "model_type": "cohere2",
+    "hidden_size": 256,
+    "num_attention_heads": 4,
+    "num_hidden_layers": 4,
+}
+
+
+def read(config):
+    """``read_hf_rope(config)``, failing on any warning (tests that expect one say
+    so with pytest.warns)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return fp.read_hf_rope(config)
+
+
+REFUSED = [
+    # JSON null is a value: transformers then computes with None and fails.
+    ({**LLAMA, "rope_theta": None}, r"config\['rope_theta'\] \(llama\) is null"),
+    ({**LLAMA, "rope_parameters": {"rope_type": "default", "rope_theta": None}},
+     r"sets \['rope_theta'\] to null"),
+    ({**LLAMA, "rope_scaling": {"rope_type": "linear", "factor": None}},
+     r"sets \['factor'\] to null \(rope_type 'linear'\)"),
+    ({**LLAMA, "rope_scaling": {**YARN, "original_max_position_embeddings": None}},
+     r"sets \['original_max_position_embeddings'\] to null"),
+    # The config class refuses the null itself.
+    ({**LLAMA, "max_position_embeddings": None},
+     r"config\['max_position_embeddings'\] \(llama\) is null, which transformers' "
+     r"LlamaConfig cannot use"),
+    # Typos one or two edits from a RoPE key: transformers would ignore them.
+    ({**LLAMA, "rope_scalling": {"rope_type": "linear", "factor": 2.0}},
+     r"config\['rope_scalling'\] .* close to 'rope_scaling'"),
+    ({**LLAMA, "rope_thetta": 5e5}, r"config\['rope_thetta'\] .* close to 'rope_theta'"),
+    ({**LLAMA, "rope_parametres": {"rope_theta": 5e5}}, r"close to 'rope_parameters'"),
+    ({**LLAMA, "partial_rotary_factr": 0.5}, r"close to 'partial_rotary_factor'"),
+    ({**LLAMA, "max_position_embedding": 8192}, r"close to 'max_position_embeddings'"),
+    # A nested block with no layer types to choose it by.
+    ({**LLAMA, "rope_parameters": {"full_attention": {"rope_theta": 1e4}}},
+     r"nested by layer type \['full_attention'\], but it names no layer_types"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("config, match", REFUSED, ids=range(len(REFUSED)))
+def test_refused(config, match):
+    with pytest.raises(ValueError, match=match):
+        fp.read_hf_rope(config)
+
+
+def test_attributes_near_a_rope_key_are_not_typos():
+    """``qk_nope_head_dim`` (DeepSeek) is two edits from ``qk_rope_head_dim`` and
+    ``layer_type`` one from ``layer_types``: real attributes, accepted."""
+    deepseek = {
+        "model_type": "deepseek_v3",
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "qk_rope_head_dim": 16,
+        "qk_nope_head_dim": 32,
+    }
+    assert read(deepseek).layer(0).rope.head_dim == 16
+    assert read({**LLAMA, "layer_type": "decoder"}).layer(0).rope.theta == 1e4
+
+
+def test_null_sliding_window_is_no_window():
+    """Cohere 2 rotates only where a window applies (``if self.sliding_window is not
+    None``): a null window leaves every layer unrotated, where the class default
+    (4096) would rotate the sliding layers."""
+    assert [layer.rope is None for layer in read(COHERE2).layers] == [
+        False,
+        False,
+        False,
+        True,
+    ]
+    unwindowed = read({**COHERE2, "sliding_window": None})
+    assert all(layer.rope is None for layer in unwindowed.layers)
+
+
+def test_null_rope_interleave_is_half_where_the_class_keeps_it():
+    """DeepSeek-V3's attention tests ``if config.rope_interleave``: a null (kept as
+    None by its class) rotates half pairs, the class default True interleaved."""
+    deepseek = {
+        "model_type": "deepseek_v3",
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "qk_rope_head_dim": 16,
+    }
+    assert read(deepseek).layer(0).rope.layout == "interleaved"
+    assert read({**deepseek, "rope_interleave": None}).layer(0).rope.layout == "half"
+
+
+def test_null_yarn_beta_and_truncate_read_as_transformers():
+    """transformers reads ``beta_fast or 32``, ``beta_slow or 1`` (so 0 and null are
+    the defaults) and ``if truncate`` (null: no truncation)."""
+    plain = read({**LLAMA, "rope_scaling": YARN}).layer(0).rope.scaling
+    for fast, slow in ((None, None), (0, 0), (None, 0)):
+        block = {**YARN, "beta_fast": fast, "beta_slow": slow}
+        assert read({**LLAMA, "rope_scaling": block}).layer(0).rope.scaling == plain
+    block = {**YARN, "truncate": None}
+    scaling = read({**LLAMA, "rope_scaling": block}).layer(0).rope.scaling
+    assert scaling.truncate is False
+
+
+def test_null_yarn_factor_is_the_length_ratio_with_a_warning():
+    block = {**YARN, "factor": None}
+    with pytest.warns(UserWarning, match=r"factor field must be a float or int >= 1"):
+        scaling = fp.read_hf_rope({**LLAMA, "rope_scaling": block}).layer(0)
+    assert scaling.rope.scaling.factor == 4096 / 1024
+
+
+WARNED = [
+    # YaRN factor below 1: transformers warns and computes with 0.5.
+    ({**LLAMA, "rope_scaling": {**YARN, "factor": 0.5}},
+     r"factor field must be a float or int >= 1, got 0.5",
+     lambda rope: rope.scaling.factor == 0.5),
+    ({**LLAMA, "rope_scaling": {"rope_type": "linear", "factor": 0.5}},
+     r"factor field must be a float or int >= 1, got 0.5",
+     lambda rope: rope.scaling.factor == 0.5),
+    # Llama 3 without its original length: max_position_embeddings stands in.
+    ({**LLAMA, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
+                                "low_freq_factor": 1.0, "high_freq_factor": 4.0}},
+     r"original_max_position_embeddings field must be less than "
+     r"max_position_embeddings, got 4096 and max_position_embeddings=4096",
+     lambda rope: rope.scaling.original_max_position_embeddings == 4096),
+    # Llama 4 Scout's equal factors: legal, but transformers warns.
+    ({**LLAMA, "rope_scaling": {"rope_type": "llama3", "factor": 16.0,
+                                "low_freq_factor": 1.0, "high_freq_factor": 1.0,
+                                "original_max_position_embeddings": 1024}},
+     r"high_freq_factor field must be greater than low_freq_factor",
+     lambda rope: rope.scaling.high_freq_factor == 1.0),
+    # A YaRN factor that is not the ratio of the lengths: the explicit one is used.
+    ({**LLAMA, "rope_scaling": {**YARN, "factor": 2.0}},
+     r"does not match the ratio .* = 4.0\). Using the explicit factor \(2.0\)",
+     lambda rope: rope.scaling.factor == 2.0),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("config, match, computed", WARNED, ids=range(len(WARNED)))
+def test_warned_like_transformers_and_computed(config, match, computed):
+    with pytest.warns(UserWarning, match=match):
+        spec = fp.read_hf_rope(config)
+    assert computed(spec.layer(0).rope)
+
+
+def test_a_layer_type_of_a_uniform_config_is_answered():
+    """Every layer is full attention: asking for that type is a correct question."""
+    config = {**LLAMA, "num_hidden_layers": 2, "layer_types": ["full_attention"] * 2}
+    assert fp.rope_config_from_hf(
+        config, layer_type="full_attention"
+    ) == fp.rope_config_from_hf(config)
+    with pytest.raises(ValueError, match=r"`layer_type` must be one of"):
+        fp.rope_config_from_hf(config, layer_type="sliding_attention")
