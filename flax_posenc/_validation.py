@@ -7,7 +7,7 @@ and what was given.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import jax
@@ -100,6 +100,30 @@ def check_float_array(name: str, value: Any) -> None:
             f"{type(value).__name__} of dtype {dtype}. Hint: cast with "
             f"{name}.astype(jnp.float32)."
         )
+
+
+def check_rope_config(name: str, value: Any, config_type: type) -> None:
+    """Raises ``TypeError`` unless ``value`` is a ``config_type`` (the
+    :class:`flax_posenc.RopeConfig`, passed in: this module sits below it).
+
+    A ``config.json`` dict in its place used to fail on ``.head_dim`` with an
+    ``AttributeError``.
+    """
+    if isinstance(value, config_type):
+        return
+    if isinstance(value, Mapping):
+        hint = (
+            "read a Hugging Face config.json dict with "
+            "fp.rope_config_from_hf(config_dict)"
+        )
+    else:
+        hint = "build one with fp.RopeConfig(head_dim=..., theta=...)"
+    shown = " ".join(repr(value).split())  # one line
+    shown = shown if len(shown) <= 80 else shown[:76] + " ..."
+    raise TypeError(
+        f"`{name}` must be a flax_posenc.RopeConfig, got {type(value).__name__} "
+        f"{shown}. Hint: {hint}."
+    )
 
 
 def check_choice(name: str, value: Any, choices: Collection[str]) -> str:

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from flax_posenc._validation import check_integer_array
+from flax_posenc._validation import check_integer_array, check_rope_config
 from flax_posenc.blockwise import PositionBias, blockwise_attention
 from flax_posenc.rope import RopeConfig, apply_rope_qk
 from flax_posenc.rope_scaling import SeqLen
@@ -93,7 +93,8 @@ def positional_attention_fn(
         without ``q_positions``, or (when called) a ``bias`` that does not broadcast
         to the logits ``[B, N, L, S]``, or dropout / ``sow_weights`` with a bias
         function.
-      TypeError: non-integer positions.
+      TypeError: non-integer positions, or a ``rope`` that is not a
+        :class:`flax_posenc.RopeConfig` (e.g. a ``config.json`` dict).
 
     Examples:
       RoPE in ``flax.linen.MultiHeadDotProductAttention``:
@@ -127,6 +128,8 @@ def positional_attention_fn(
     """
     if rope is None and bias is None:
         raise ValueError("Give `rope`, `bias` or both; got neither.")
+    if rope is not None:
+        check_rope_config("rope", rope, RopeConfig)
     if q_positions is None and (rope is not None or callable(bias)):
         what = (
             "`rope`" if rope is not None else f"a bias function ({type(bias).__name__})"

@@ -16,6 +16,7 @@ from flax_posenc._validation import (
     check_heads_array,
     check_integer_array,
     check_positions,
+    check_rope_config,
 )
 from flax_posenc.rope import RopeConfig, _check_seq_len, _unit_cos_sin, rope_rotate
 from flax_posenc.rope_scaling import SeqLen
@@ -66,6 +67,7 @@ def rope_shift(
       >>> bool(jnp.allclose(shifted, want, atol=1e-6))
       True
     """
+    check_rope_config("config", config, RopeConfig)
     check_heads_array("k", k, config.head_dim)
     delta = check_integer_array("delta", delta)
     if config.depends_on_seq_len and seq_len is None:

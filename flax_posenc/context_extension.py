@@ -26,6 +26,7 @@ from flax_posenc._validation import (
     check_length,
     check_positive_float,
     check_positive_int,
+    check_rope_config,
 )
 from flax_posenc.rope import RopeConfig, rope_frequencies
 from flax_posenc.rope_scaling import (
@@ -136,8 +137,7 @@ def extend_context(
       ...     original_max_position_embeddings=8192, factor=8).scaling.factor
       8.0
     """
-    if not isinstance(config, RopeConfig):
-        raise TypeError(f"`config` must be a RopeConfig, got {config!r}.")
+    check_rope_config("config", config, RopeConfig)
     if config.scaling is not None:
         raise ValueError(
             "`config` must be unscaled (the configuration the model was trained "
@@ -209,6 +209,7 @@ def rope_wavelengths(
       >>> waves.rotations.round(3).tolist()
       [15.915, 1.592, 0.159, 0.016]
     """
+    check_rope_config("config", config, RopeConfig)
     if seq_len is not None:
         length = seq_len = check_positive_int("seq_len", seq_len)
     elif (original := getattr(config.scaling, _ORIGINAL, None)) is not None:

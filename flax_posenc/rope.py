@@ -40,6 +40,7 @@ from flax_posenc._validation import (
     check_positions,
     check_positive_float,
     check_positive_int,
+    check_rope_config,
     obeys_positions_rule,
 )
 from flax_posenc.rope_scaling import (
@@ -81,7 +82,7 @@ class RopeConfig:
 
     Attributes:
       head_dim: ``H``, the per-head feature size of q and k.
-      theta: the frequency base (HF ``rope_theta``).
+      theta: the frequency base (HF ``rope_theta``), > 1.
       rotary_dim: ``R``, the number of rotated features (even, ``<= H``); None means
         ``H``. HF's ``partial_rotary_factor`` gives ``R = int(H * factor)``.
       layout: ``"half"`` or ``"interleaved"`` pairing (see the module docstring).
@@ -96,7 +97,7 @@ class RopeConfig:
     Raises:
       TypeError: non-int ``head_dim`` or ``rotary_dim``, or a ``scaling`` that is not
         one of the families.
-      ValueError: ``head_dim <= 0``, ``theta <= 0``, an odd ``rotary_dim`` or one
+      ValueError: ``head_dim <= 0``, ``theta <= 1``, an odd ``rotary_dim`` or one
         larger than ``head_dim``, an unknown ``layout`` or ``angle_precision``, or a
         scaling that does not fit ``rotary_dim``.
 
@@ -130,7 +131,15 @@ class RopeConfig:
     def __post_init__(self):
         head_dim = check_positive_int("head_dim", self.head_dim)
         object.__setattr__(self, "head_dim", head_dim)
-        object.__setattr__(self, "theta", check_positive_float("theta", self.theta))
+        theta = check_positive_float("theta", self.theta)
+        if theta <= 1.0:
+            raise ValueError(
+                f"`theta` must be > 1, got {theta}: inv_freq = theta^(-2i/R), so "
+                "theta = 1 gives every pair the same frequency 1 and theta < 1 "
+                "reverses their order. Hint: the Hugging Face rope_theta, e.g. "
+                "10000.0."
+            )
+        object.__setattr__(self, "theta", theta)
         if self.rotary_dim is None or isinstance(self.rotary_dim, _FullRotary):
             rotary_dim = _FullRotary(head_dim)
         else:
@@ -220,6 +229,7 @@ def rope_frequencies(config: RopeConfig, *, seq_len: SeqLen = None) -> RopeFrequ
       >>> fp.rope_frequencies(linear).inv_freq.tolist()
       [0.5, 0.05000000074505806, 0.004999999888241291, 0.0005000000237487257]
     """
+    check_rope_config("config", config, RopeConfig)
     seq_len = _check_seq_len(seq_len)
     if config.scaling is None:
         inv_freq = _default_inv_freq(config.theta, config.rotary_dim)
@@ -233,6 +243,17 @@ def _check_seq_len(seq_len: Any) -> Any:
         return None
     if isinstance(seq_len, (int, np.integer)) and not isinstance(seq_len, bool):
         return check_positive_int("seq_len", seq_len)
+    dtype = getattr(seq_len, "dtype", None)
+    if dtype is None and not isinstance(seq_len, (str, bytes, bool)):
+        dtype = np.asarray(seq_len).dtype  # a list of per-token lengths
+    if dtype is None or not jnp.issubdtype(dtype, jnp.integer):
+        shown = f"dtype {dtype}" if hasattr(seq_len, "dtype") else repr(seq_len)
+        raise TypeError(
+            "`seq_len` must be a positive int, an int scalar or an integer array of "
+            f"per-token lengths, got {shown} ({type(seq_len).__name__}). Hint: "
+            "seq_len=<the sequence length> (e.g. 4096), or None for "
+            "max(positions) + 1."
+        )
     return check_integer_array("seq_len", seq_len)
 
 
@@ -302,6 +323,7 @@ def _unit_cos_sin(
     """``cos(p * inv_freq)``, ``sin(p * inv_freq)`` (unit magnitude) and the
     attention scaling, float32, shaped to multiply them (see :func:`rope_cos_sin`);
     ``name`` is the caller's name for ``positions``."""
+    check_rope_config("config", config, RopeConfig)
     positions = check_integer_array(name, positions)
     seq_len = _check_seq_len(seq_len)
     if config.angle_precision == "exact":
@@ -509,7 +531,8 @@ def apply_rope(
     Raises:
       ValueError: ``H != config.head_dim``, or positions that break the positions
         rule (e.g. ``[1]`` for ``L = 5``, or a shape that would enlarge the output).
-      TypeError: non-integer positions or a non-floating ``x``.
+      TypeError: non-integer positions, a non-floating ``x``, or a ``config`` that
+        is not a :class:`RopeConfig` (e.g. a ``config.json`` dict).
 
     Examples:
       >>> q = jnp.ones((2, 16, 4, 64), jnp.bfloat16)  # [B, L, N, H]
@@ -522,6 +545,7 @@ def apply_rope(
       >>> fp.apply_rope(q, positions, fp.RopeConfig(head_dim=64)).dtype
       dtype(bfloat16)
     """
+    check_rope_config("config", config, RopeConfig)
     check_heads_array("x", x, config.head_dim)
     positions = check_positions("positions", positions, "x.shape[:-2]", x.shape[:-2])
     cos, sin = rope_cos_sin(positions, config, seq_len=seq_len)
@@ -564,7 +588,8 @@ def apply_rope_qk(
     Raises:
       ValueError: head sizes, or positions that break the positions rule (e.g. a
         decode step's ``[B, 1]`` q positions used for a whole key cache).
-      TypeError: non-integer positions or non-floating q/k.
+      TypeError: non-integer positions, non-floating q/k, or a ``config`` that is
+        not a :class:`RopeConfig`.
 
     Examples:
       >>> q = jnp.ones((2, 1, 8, 64))  # one decode step, 8 query heads
@@ -575,6 +600,7 @@ def apply_rope_qk(
       >>> q.shape, k.shape
       ((2, 1, 8, 64), (2, 16, 2, 64))
     """
+    check_rope_config("config", config, RopeConfig)
     check_heads_array("q", q, config.head_dim)
     check_heads_array("k", k, config.head_dim)
     positions = check_positions("positions", positions, "q.shape[:-2]", q.shape[:-2])

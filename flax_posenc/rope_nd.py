@@ -46,6 +46,7 @@ from flax_posenc._validation import (
     check_heads_array,
     check_integer_array,
     check_positive_int,
+    check_rope_config,
     obeys_positions_rule,
 )
 from flax_posenc.rope import RopeConfig, RopeTables, rope_cos_sin, rope_rotate
@@ -90,6 +91,7 @@ def axial_rope_cos_sin(
       ValueError: ``positions`` is a scalar, or ``R`` is not a multiple of ``2A``.
       TypeError: non-integer positions.
     """
+    check_rope_config("config", config, RopeConfig)
     positions = check_integer_array("positions", positions)
     if positions.ndim < 1:
         raise ValueError(
@@ -144,6 +146,7 @@ def apply_axial_rope(
       >>> fp.apply_axial_rope(q, fp.grid_positions((14, 14)), config).shape
       (2, 196, 4, 64)
     """
+    check_rope_config("config", config, RopeConfig)
     check_heads_array("x", x, config.head_dim)
     positions = check_integer_array("positions", positions)
     if positions.ndim < 2 or not obeys_positions_rule(
@@ -279,6 +282,7 @@ def mrope_cos_sin(
       ValueError: sections not summing to ``R/2``, or ``positions.shape[0] != A``.
       TypeError: non-integer positions or sections.
     """
+    check_rope_config("config", config, RopeConfig)
     layout = _check_mrope_layout(mrope_layout)
     sections = _check_mrope_section(mrope_section, config, layout)
     positions = _check_mrope_positions(positions, sections)
@@ -340,6 +344,7 @@ def apply_mrope(
       >>> fp.apply_mrope(q, positions, config, mrope_section=(16, 24, 24)).shape
       (1, 10, 28, 128)
     """
+    check_rope_config("config", config, RopeConfig)
     check_heads_array("x", x, config.head_dim)
     layout = _check_mrope_layout(mrope_layout)
     sections = _check_mrope_section(mrope_section, config, layout)

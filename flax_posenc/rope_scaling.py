@@ -222,6 +222,8 @@ class NTKScaling(_StaticFrequencies, _NTKExponent):
 
     def __init__(self, factor: float | None = None, *, alpha: float | None = None):
         if alpha is not None:
+            # Checked under its own name first: the error names what was passed.
+            alpha = check_positive_float("NTKScaling.alpha", alpha)
             warnings.warn(
                 "NTKScaling(alpha=...) is deprecated; use NTKScaling(factor=...).",
                 DeprecationWarning,

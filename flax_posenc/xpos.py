@@ -40,6 +40,7 @@ from flax_posenc._validation import (
     check_integer_array,
     check_positions,
     check_positive_float,
+    check_rope_config,
 )
 from flax_posenc.rope import RopeConfig, RopeTables, rope_cos_sin, rope_rotate
 from flax_posenc.rope_scaling import SeqLen
@@ -85,6 +86,7 @@ def xpos_cos_sin(
       TypeError: non-integer positions or center, non-bool ``is_key``.
       ValueError: non-positive ``scale_base`` or ``gamma``, bad ``center`` shape.
     """
+    check_rope_config("config", config, RopeConfig)
     positions = check_integer_array("positions", positions)
     check_bool("is_key", is_key)
     scale_base = check_positive_float("scale_base", scale_base)
@@ -143,6 +145,7 @@ def apply_xpos(
       >>> q.shape, k.dtype
       ((2, 16, 4, 64), dtype(bfloat16))
     """
+    check_rope_config("config", config, RopeConfig)
     check_heads_array("x", x, config.head_dim)
     positions = check_positions("positions", positions, "x.shape[:-2]", x.shape[:-2])
     cos, sin = xpos_cos_sin(

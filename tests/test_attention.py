@@ -171,3 +171,48 @@ def test_bias_of_wrong_shape_is_rejected():
     q = jnp.zeros((B, L, N, H))
     with pytest.raises(ValueError, match=r"does not broadcast to the logits"):
         attend(q, q, q)
+
+
+def test_positional_attention_fn_forwards_k_seq_len():
+    """Dynamic NTK with transformers' decode policy: q at the current length, each
+    cached key at its own. The attention function rotates as apply_rope_qk given
+    both lengths; dropping ``k_seq_len`` would rotate the keys at q's length."""
+    config = fp.RopeConfig(
+        head_dim=H,
+        scaling=fp.DynamicNTKScaling(factor=2.0, original_max_position_embeddings=4),
+    )
+    q = jax.random.normal(jax.random.key(3), (1, 1, N, H))
+    k = jax.random.normal(jax.random.key(4), (1, 12, N, H))
+    q_positions, k_positions = jnp.array([[11]]), jnp.arange(12)[None]
+    seq_len, k_seq_len = fp.hf_decode_seq_lens(
+        config, q_positions, k_positions, prompt_length=6
+    )
+
+    def rotated(query, key, value, **kwargs):
+        del value, kwargs
+        return query, key
+
+    attend = fp.positional_attention_fn(
+        rope=config,
+        q_positions=q_positions,
+        k_positions=k_positions,
+        seq_len=seq_len,
+        k_seq_len=k_seq_len,
+        attention_fn=rotated,
+    )
+    got_q, got_k = attend(q, k, k)
+    want_q, want_k = fp.apply_rope_qk(
+        q,
+        k,
+        q_positions,
+        config,
+        k_positions=k_positions,
+        seq_len=seq_len,
+        k_seq_len=k_seq_len,
+    )
+    np.testing.assert_array_equal(got_q, want_q)
+    np.testing.assert_array_equal(got_k, want_k)
+    _, shared = fp.apply_rope_qk(
+        q, k, q_positions, config, k_positions=k_positions, seq_len=12
+    )  # q's length 12 for every key
+    assert np.abs(np.asarray(shared - want_k)).max() > 1e-2  # the lengths matter

@@ -623,3 +623,27 @@ def call(**kwargs):
 def test_rejects_bad_input(make, error, match):
     with pytest.raises(error, match=match):
         make()
+
+
+def test_default_scale_is_one_over_sqrt_of_the_qk_head_size():
+    """``scale=None`` is ``1 / sqrt(H)`` of q and k (16 here), not of v's 4."""
+    q, k, _ = qkv((1,), 6, 6, 2, 2, 16, seed=3)
+    v = np.random.default_rng(4).standard_normal((1, 6, 2, 4)).astype(np.float32)
+    got = fp.blockwise_attention(q, k, v, block_q=4, block_k=4)
+    bias, allowed = np.zeros((1, 2, 6, 6)), np.ones((1, 2, 6, 6), bool)
+    want = dense_reference(q, k, v, bias, allowed, scale=1 / np.sqrt(16))
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+    of_v = dense_reference(q, k, v, bias, allowed, scale=1 / np.sqrt(4))
+    assert np.abs(of_v - want).max() > 1e-2
+
+
+def test_a_mask_that_would_enlarge_the_output_is_refused():
+    """An unbatched q ``[L, N, H]`` with a ``[1, N, L, S]`` mask: it broadcasts with
+    the logits ``[N, L, S]`` but to a larger shape, so it is not a mask of them."""
+    q = np.ones((5, 2, 8), np.float32)
+    with pytest.raises(
+        ValueError,
+        match=r"`mask` with shape \(1, 2, 5, 5\) must broadcast to \[\.\.\., N, L, S\] "
+        r"with shape \(2, 5, 5\)",
+    ):
+        fp.blockwise_attention(q, q, q, mask=np.ones((1, 2, 5, 5), bool))

@@ -231,7 +231,7 @@ ERRORS = [
         "float seq_len",
         dict(config=ref.make_config("longrope"), seq_len=4096.0),
         TypeError,
-        "`seq_len` must be an integer array",
+        r"`seq_len` must be a positive int, .*got 4096.0 \(float\)",
     ),
     (
         "seq_len 0",

@@ -155,7 +155,7 @@ ERRORS = [
         "not a config",
         dict(config={"rope_theta": 1e4}),
         TypeError,
-        "`config` must be a RopeConfig",
+        r"`config` must be a flax_posenc.RopeConfig, got dict.*rope_config_from_hf",
     ),
     ("already scaled", dict(config=YARN), ValueError, "`config` must be unscaled"),
     (

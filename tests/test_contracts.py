@@ -22,6 +22,7 @@ from flax import nnx
 from jax_compat import enable_x64
 
 import flax_posenc as fp
+from flax_posenc import linen as plinen
 from flax_posenc import nnx as pnnx
 
 X = jnp.ones((1, 5, 2, 8))  # [B, L, N, H]
@@ -149,6 +150,168 @@ def test_int64_positions_that_fit_are_accepted():
     )
 
 
+# Concrete int64 positions past int32 with x64 off: wrapped, 2**33 + 5 was position 5.
+# Every public entry point that takes positions goes through one check.
+X1 = jnp.ones((1, 1, 2, 8))  # [B, L=1, N, H]
+E1 = jnp.ones((1, 1, 8))  # [B, L=1, D]
+ONE = np.array([0])
+QUERY_SCALING = fp.QueryScaling(scale=0.1, floor_scale=4.0)
+T5 = jnp.ones((32, 2))
+LONGROPE = fp.RopeConfig(
+    head_dim=8, scaling=fp.LongRopeScaling((1.0,) * 4, (2.0,) * 4, 8, factor=4.0)
+)
+
+
+def _rows(p):
+    return np.concatenate([p, p, p])[:, None]  # [3, L=1]
+
+
+POSITION_ENTRY_POINTS = {
+    "apply_rope": (lambda p: fp.apply_rope(X1, p, CONFIG), "positions"),
+    "apply_rope exact": (
+        lambda p: fp.apply_rope(
+            X1, p, fp.RopeConfig(head_dim=8, angle_precision="exact")
+        ),
+        "positions",
+    ),
+    "apply_rope_qk": (lambda p: fp.apply_rope_qk(X1, X1, p, CONFIG), "positions"),
+    "apply_rope_qk k_positions": (
+        lambda p: fp.apply_rope_qk(X1, X1, ONE, CONFIG, k_positions=p),
+        "k_positions",
+    ),
+    "apply_rope_qk seq_len": (
+        lambda p: fp.apply_rope_qk(X1, X1, ONE, DYNAMIC, seq_len=p),
+        "seq_len",
+    ),
+    "rope_cos_sin": (lambda p: fp.rope_cos_sin(p, CONFIG), "positions"),
+    "rope_frequencies seq_len": (
+        lambda p: fp.rope_frequencies(DYNAMIC, seq_len=p),
+        "seq_len",
+    ),
+    "rope_shift": (lambda p: fp.rope_shift(X1, p, CONFIG), "delta"),
+    "apply_mrope": (
+        lambda p: fp.apply_mrope(X1, _rows(p), CONFIG, mrope_section=(2, 1, 1)),
+        "positions",
+    ),
+    "mrope_cos_sin": (
+        lambda p: fp.mrope_cos_sin(_rows(p), CONFIG, mrope_section=(2, 1, 1)),
+        "positions",
+    ),
+    "apply_axial_rope": (
+        lambda p: fp.apply_axial_rope(X1, np.stack([p, p], -1), CONFIG),
+        "positions",
+    ),
+    "axial_rope_cos_sin": (
+        lambda p: fp.axial_rope_cos_sin(np.stack([p, p], -1), CONFIG),
+        "positions",
+    ),
+    "apply_xpos": (lambda p: fp.apply_xpos(X1, p, CONFIG, is_key=True), "positions"),
+    "xpos_cos_sin": (lambda p: fp.xpos_cos_sin(p, CONFIG, is_key=True), "positions"),
+    "sinusoidal_encoding": (lambda p: fp.sinusoidal_encoding(p, 8), "positions"),
+    "sinusoidal_encoding exact": (
+        lambda p: fp.sinusoidal_encoding(p, 8, angle_precision="exact"),
+        "positions",
+    ),
+    "learned_embedding_lookup": (
+        lambda p: fp.learned_embedding_lookup(jnp.ones((8, 4)), p),
+        "positions",
+    ),
+    "query_scale": (lambda p: fp.query_scale(p, QUERY_SCALING), "positions"),
+    "apply_query_scaling": (
+        lambda p: fp.apply_query_scaling(X1, p, QUERY_SCALING),
+        "positions",
+    ),
+    "alibi_bias": (lambda p: fp.alibi_bias(p, ONE, 2), "q_positions"),
+    "alibi_bias k": (lambda p: fp.alibi_bias(ONE, p, 2), "k_positions"),
+    "relative_position_bias": (
+        lambda p: fp.relative_position_bias(T5, ONE, p),
+        "k_positions",
+    ),
+    "relative_position_bucket": (
+        lambda p: fp.relative_position_bucket(p),
+        "relative_position",
+    ),
+    "relative_positions": (lambda p: fp.relative_positions(p, ONE), "q_positions"),
+    "positions_from_offsets": (
+        lambda p: fp.positions_from_offsets(p, 1),
+        "offsets",
+    ),
+    "positions_from_segment_ids": (
+        lambda p: fp.positions_from_segment_ids(p),
+        "segment_ids",
+    ),
+    "blockwise_attention": (
+        lambda p: fp.blockwise_attention(X1, X1, X1, q_positions=p, causal=True),
+        "q_positions",
+    ),
+    "blockwise_attention k": (
+        lambda p: fp.blockwise_attention(
+            X1, X1, X1, q_positions=ONE, k_positions=p, causal=True
+        ),
+        "k_positions",
+    ),
+    "blockwise_attention segment ids": (
+        lambda p: fp.blockwise_attention(X1, X1, X1, q_segment_ids=p),
+        "q_segment_ids",
+    ),
+    "AlibiBias": (lambda p: fp.AlibiBias(2)(p, ONE), "q_positions"),
+    "RelativeBias": (lambda p: fp.RelativeBias(T5)(ONE, p), "k_positions"),
+    "positional_attention_fn": (
+        lambda p: fp.positional_attention_fn(rope=CONFIG, q_positions=p),
+        "q_positions",
+    ),
+    "positional_attention_fn k": (
+        lambda p: fp.positional_attention_fn(
+            rope=CONFIG, q_positions=ONE, k_positions=p
+        ),
+        "k_positions",
+    ),
+    "hf_decode_seq_lens": (
+        lambda p: fp.hf_decode_seq_lens(LONGROPE, p, ONE, prompt_length=1),
+        "q_positions",
+    ),
+    "hf_decode_seq_lens k": (
+        lambda p: fp.hf_decode_seq_lens(DYNAMIC, ONE, p, prompt_length=1),
+        "k_positions",
+    ),
+    "nnx.SinusoidalPositionalEncoding": (
+        lambda p: pnnx.SinusoidalPositionalEncoding()(E1, p),
+        "positions",
+    ),
+    "nnx.LearnedPositionalEmbedding": (
+        lambda p: pnnx.LearnedPositionalEmbedding(8, 8, rngs=nnx.Rngs(0))(E1, p),
+        "positions",
+    ),
+    "nnx.RotaryEmbedding": (
+        lambda p: pnnx.RotaryEmbedding(CONFIG)(X1, X1, p),
+        "positions",
+    ),
+    "nnx.ALiBi": (lambda p: pnnx.ALiBi(2)(p), "q_positions"),
+    "nnx.RelativePositionBias": (
+        lambda p: pnnx.RelativePositionBias(2, rngs=nnx.Rngs(0))(p),
+        "q_positions",
+    ),
+    "linen.SinusoidalPositionalEncoding": (
+        lambda p: plinen.SinusoidalPositionalEncoding().init(jax.random.key(0), E1, p),
+        "positions",
+    ),
+    "linen.RotaryEmbedding": (
+        lambda p: plinen.RotaryEmbedding(CONFIG).init(jax.random.key(0), X1, X1, p),
+        "positions",
+    ),
+}
+
+
+@pytest.mark.parametrize("value", [2**33 + 5, -(2**31) - 1])
+@pytest.mark.parametrize("name", sorted(POSITION_ENTRY_POINTS))
+def test_int64_positions_past_int32_raise_at_every_entry_point(name, value):
+    """With x64 off, numpy int64 values that int32 cannot hold wrapped (2**33 + 5
+    rotated, biased or looked up at 5); each entry point refuses them by name."""
+    call, argument = POSITION_ENTRY_POINTS[name]
+    with pytest.raises(ValueError, match=rf"`{argument}` must fit in int32"):
+        call(np.array([value], np.int64))
+
+
 # --------------------------------------------------------------------------------------
 # Values and types: checked at construction, named in the message.
 # --------------------------------------------------------------------------------------
@@ -270,6 +433,101 @@ BAD_VALUES = [
         lambda: fp.rope_cos_sin(jnp.arange(3), DYNAMIC, seq_len=jnp.ones(4, int)),
         ValueError,
         "per-token `seq_len`",
+    ),
+    # theta = 1 gives every pair the frequency 1 (theta < 1 reverses the order).
+    (lambda: fp.RopeConfig(head_dim=8, theta=1.0), ValueError, r"`theta` must be > 1"),
+    (lambda: fp.RopeConfig(head_dim=8, theta=0.5), ValueError, r"`theta` must be > 1"),
+    (
+        lambda: fp.Llama3Scaling(8.0, 4.0, 1.0, 64),
+        ValueError,
+        "`Llama3Scaling.high_freq_factor` must be >= low_freq_factor",
+    ),
+    # The deprecated spelling is named, not the field it maps to.
+    (lambda: fp.NTKScaling(alpha=0), ValueError, r"`NTKScaling.alpha` must be"),
+    (
+        lambda: fp.rope_cos_sin(jnp.arange(3), DYNAMIC, seq_len="4"),
+        TypeError,
+        r"`seq_len` must be a positive int, .*got '4' \(str\)",
+    ),
+    (
+        lambda: fp.rope_cos_sin(jnp.arange(3), DYNAMIC, seq_len=jnp.ones(3)),
+        TypeError,
+        r"`seq_len` must be a positive int, .*got dtype float32",
+    ),
+    # A config.json dict where a RopeConfig goes: an AttributeError on .head_dim.
+    (
+        lambda: fp.positional_attention_fn(
+            rope={"rope_theta": 1e4}, q_positions=jnp.arange(5)
+        ),
+        TypeError,
+        r"`rope` must be a flax_posenc.RopeConfig, got dict.*rope_config_from_hf",
+    ),
+    (
+        lambda: fp.apply_rope(X, jnp.arange(5), {"head_dim": 8}),
+        TypeError,
+        r"`config` must be a flax_posenc.RopeConfig, got dict.*rope_config_from_hf",
+    ),
+    (
+        lambda: fp.apply_mrope(
+            X, jnp.zeros((3, 5), int), {"head_dim": 8}, mrope_section=(2, 1, 1)
+        ),
+        TypeError,
+        r"`config` must be a flax_posenc.RopeConfig, got dict",
+    ),
+    (
+        lambda: fp.rope_shift(X, 3, 8),
+        TypeError,
+        r"`config` must be a flax_posenc.RopeConfig, got int",
+    ),
+    (
+        lambda: pnnx.RotaryEmbedding({"head_dim": 8}),
+        TypeError,
+        r"`config` must be a flax_posenc.RopeConfig, got dict.*rope_config_from_hf",
+    ),
+    (
+        lambda: plinen.RotaryEmbedding({"head_dim": 8}).init(
+            jax.random.key(0), X, X, jnp.arange(5)
+        ),
+        TypeError,  # linen holds a dict attribute as a FrozenDict
+        r"`config` must be a flax_posenc.RopeConfig, got FrozenDict.*"
+        r"rope_config_from_hf",
+    ),
+    # An MLIRError from the initializer, or a 0-row table failing later under jit.
+    (
+        lambda: pnnx.LearnedPositionalEmbedding(-1, 8, rngs=nnx.Rngs(0)),
+        ValueError,
+        r"`max_len` must be a positive int, got -1",
+    ),
+    (
+        lambda: pnnx.LearnedPositionalEmbedding(0, 8, rngs=nnx.Rngs(0)),
+        ValueError,
+        r"`max_len` must be a positive int, got 0",
+    ),
+    (
+        lambda: pnnx.LearnedPositionalEmbedding(8, -1, rngs=nnx.Rngs(0)),
+        ValueError,
+        r"`features` must be a positive int, got -1",
+    ),
+    (
+        lambda: plinen.LearnedPositionalEmbedding(max_len=-1, features=8).init(
+            jax.random.key(0), jnp.ones((1, 5, 8))
+        ),
+        ValueError,
+        r"`max_len` must be a positive int, got -1",
+    ),
+    (
+        lambda: jax.jit(fp.learned_embedding_lookup)(jnp.ones((0, 4)), jnp.arange(3)),
+        ValueError,
+        r"`table` must have at least one row .*got shape \(0, 4\)",
+    ),
+    # JAX's "Cannot abstractly evaluate a checkify.check ..." staging error.
+    (
+        lambda: jax.jit(
+            lambda t, p: fp.learned_embedding_lookup(t, p, out_of_range="checkify")
+        )(jnp.ones((4, 2)), jnp.arange(3)),
+        ValueError,
+        r'out_of_range="checkify" under jit needs .*'
+        r"jax.experimental.checkify.checkify",
     ),
 ]
 
@@ -448,6 +706,12 @@ def test_float64_q_under_x64_keeps_float32_angles():
     # The rotation itself runs in float32 (one rounding per product), the angle is
     # the float32 one: agreement to float32 rounding of the products.
     np.testing.assert_allclose(got[:, 0], want, rtol=0, atol=1e-6)
+    # Angles formed in float64 (the input dtype) would be off by up to half a
+    # float32 ulp of 131071 * 1 rad (2^-8): far outside that agreement.
+    angle64 = positions[:, None] * 10000.0 ** -(np.arange(0, 8, 2) / 8)[None, :]
+    cos64, sin64 = np.cos(angle64), np.sin(angle64)
+    want64 = np.concatenate([a * cos64 - b * sin64, b * cos64 + a * sin64], -1)
+    assert np.abs(want64 - want).max() > 1e-4
 
 
 # --------------------------------------------------------------------------------------
@@ -564,7 +828,10 @@ def test_type_aliases_of_public_signatures_are_exported(alias):
 @pytest.mark.parametrize(
     "original,truncate,branch",
     [
-        (1, True, "both ends clipped to 0: zero width, widened by 0.001"),
+        (1, True, "the ends cross (low 0, high -6): the ramp is clipped"),
+        # d(1) = 64 ln(6 / 2 pi) / (2 ln 1e4) = -0.16: low = high = 0, a zero-width
+        # ramp that transformers widens by 0.001 (0 / 0 otherwise).
+        (6, True, "both ends 0: zero width, widened by 0.001"),
         (10**9, True, "the ramp reaches past the last pair: clipped to R - 1"),
         (10**9, False, "untruncated, past the last pair"),
         (4096, True, "inside the dimensions"),
@@ -580,8 +847,43 @@ def test_yarn_ramp_ends_match_the_float64_formula(original, truncate, branch):
     config = fp.RopeConfig(head_dim=64, theta=10000.0, scaling=scaling)
     want, attention = ref.yarn(10000.0, 64, scaling)
     inv_freq, got_attention = fp.rope_frequencies(config)
+    assert np.all(np.isfinite(np.asarray(inv_freq))), branch
     np.testing.assert_allclose(np.asarray(inv_freq), want, rtol=2**-23, err_msg=branch)
     assert got_attention == attention
+
+
+@pytest.mark.parametrize("factor,original", [(1.0, 1), (0.5, 1), (0.5, 4096)])
+def test_longrope_attention_factor_is_one_up_to_factor_one(factor, original):
+    """transformers' ``_compute_longrope_parameters``: ``attention_factor = 1.0 if
+    factor <= 1 else sqrt(1 + ln(factor) / ln(orig))``. The guard keeps ``orig = 1``
+    (``ln 1 = 0``) from dividing by zero, and ``factor < 1`` from shrinking cos/sin
+    (``sqrt(1 + ln 0.5 / ln 4096) = 0.957``)."""
+    scaling = fp.LongRopeScaling((1.0,) * 4, (2.0,) * 4, original, factor=factor)
+    config = fp.RopeConfig(head_dim=8, scaling=scaling)
+    assert scaling.effective_attention_factor() == 1.0
+    for seq_len in (original, original + 1):  # the short and the long regime
+        inv_freq, scale = fp.rope_frequencies(config, seq_len=seq_len)
+        assert np.all(np.isfinite(np.asarray(inv_freq)))
+        assert float(scale) == 1.0
+        cos, _ = fp.rope_cos_sin(jnp.zeros(1, int), config, seq_len=seq_len)
+        np.testing.assert_array_equal(np.asarray(cos), 1.0)
+
+
+def test_llama3_equal_frequency_factors_are_legal():
+    """Llama 4 Scout: ``low_freq_factor == high_freq_factor == 1``: no blend band,
+    wavelengths past 8192 divided by 16, the rest kept."""
+    import rope_reference as ref
+
+    scaling = fp.Llama3Scaling(16.0, 1.0, 1.0, 8192)
+    config = fp.RopeConfig(head_dim=128, theta=500000.0, scaling=scaling)
+    want, _ = ref.llama3(500000.0, 128, scaling)
+    base = 500000.0 ** -(np.arange(0, 128, 2) / 128)
+    long = 2 * np.pi / base > 8192
+    assert long.any() and not long.all()
+    np.testing.assert_allclose(want, np.where(long, base / 16, base), rtol=1e-15)
+    inv_freq, attention = fp.rope_frequencies(config)
+    np.testing.assert_allclose(np.asarray(inv_freq), want, rtol=2**-23)
+    assert attention == 1.0
 
 
 def test_phi3_top_level_original_length_wins_and_llama_refuses_it():

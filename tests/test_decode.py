@@ -233,3 +233,18 @@ def test_flax_multi_head_attention_decode_matches_full(encoding):
     mha.init_cache((B, T, D))
     steps = [decode_step(mha, X[:, t : t + 1], jnp.asarray(t)) for t in range(T)]
     np.testing.assert_allclose(jnp.concatenate(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_hf_longrope_length_is_the_current_query_not_the_cache_size():
+    """Phi-3's policy: every token of a step uses the current length, the last
+    query position + 1. A query at position 5 against a 16-slot cache (slots 6..15
+    not yet written) has length 6; the cache size 16 would switch to the long
+    factors past the original length 8 a step too early."""
+    config = fp.RopeConfig(
+        head_dim=H,
+        scaling=fp.LongRopeScaling((1.0,) * 4, (2.0,) * 4, 8, factor=4.0),
+    )
+    seq_len, k_seq_len = fp.hf_decode_seq_lens(
+        config, jnp.array([5]), jnp.arange(16), prompt_length=3
+    )
+    assert int(seq_len) == int(k_seq_len) == 6

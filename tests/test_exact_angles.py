@@ -276,3 +276,16 @@ def test_x64_positions_must_hold_int32_values():
     true_sin, true_cos = true_sin_cos(np.asarray(positions), inv_freq)
     assert np.abs(np.asarray(cos) - true_cos).max() <= EXACT_TOL
     assert np.abs(np.asarray(sin) - true_sin).max() <= EXACT_TOL
+
+
+def test_x64_positions_below_int32_raise_like_those_above():
+    """Exact angles read positions as int32: an x64 position below ``-2**31``
+    would wrap as one above ``2**31 - 1`` does."""
+    config = fp.RopeConfig(head_dim=16, angle_precision="exact")
+    with enable_x64():
+        for value in (-(2**31) - 1, -(2**40)):
+            positions = jnp.array([value, 0])
+            with pytest.raises(ValueError, match=rf"int32 range.*\[{value}, 0\]"):
+                fp.rope_cos_sin(positions, config)
+            with pytest.raises(ValueError, match=rf"int32 range.*\[{value}, 0\]"):
+                fp.sinusoidal_encoding(positions, 8, angle_precision="exact")

@@ -497,7 +497,7 @@ def test_empty_positions_with_seq_len_dependent_scaling():
 
 def test_yarn_rejects_theta_of_one():
     scaling = fp.YarnScaling(factor=2.0, original_max_position_embeddings=16)
-    with pytest.raises(ValueError, match="theta > 1"):
+    with pytest.raises(ValueError, match="`theta` must be > 1"):
         fp.RopeConfig(head_dim=8, theta=1.0, scaling=scaling)
 
 

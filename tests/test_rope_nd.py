@@ -396,6 +396,42 @@ def test_hw_alternating_rows_are_ernie_4_5_vl():
     np.testing.assert_allclose(sin, np.sin(angles), atol=2e-6)
 
 
+def test_interleaved_rows_are_qwen3_vl():
+    """transformers' Qwen3-VL ``apply_interleaved_mrope``: ``freqs_t = freqs[0]``
+    (temporal), then for ``(row, offset)`` in ``((1, 1), (2, 2))``: ``freqs_t[...,
+    offset : 3 * mrope_section[row] : 3] = freqs[row, ..., same]``. For Qwen3-VL's
+    ``(24, 20, 20)`` pair ``j`` takes the height where ``j % 3 == 1`` and ``j < 60``,
+    the width where ``j % 3 == 2`` and ``j < 60``, the temporal row otherwise."""
+    section = (24, 20, 20)
+    config = fp.RopeConfig(head_dim=128, theta=5e6)  # Qwen3-VL's rope_theta
+    rows = np.zeros(64, int)
+    for row, offset in ((1, 1), (2, 2)):
+        rows[offset : 3 * section[row] : 3] = row
+    assert rows[:6].tolist() == [0, 1, 2, 0, 1, 2]
+    assert rows[57:].tolist() == [0, 1, 2, 0, 0, 0, 0]  # 60..63: temporal
+    positions = np.stack([3 + np.arange(4), 11 * np.arange(4), 40 + 2 * np.arange(4)])
+    inv_freq = 5e6 ** -(np.arange(0, 128, 2) / 128)
+    angles = _rows64(positions, inv_freq, rows)  # [L, 64], float64
+    cos, sin = fp.mrope_cos_sin(
+        jnp.asarray(positions),
+        config,
+        mrope_section=section,
+        mrope_layout="interleaved",
+    )
+    # float32 angles up to 46 rad: within 46 * 2^-23 of the float64 ones.
+    np.testing.assert_allclose(cos, np.cos(angles), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(sin, np.sin(angles), rtol=0, atol=1e-5)
+    q = np.asarray(jax.random.normal(jax.random.key(9), (4, 2, 128)), np.float64)
+    got = fp.apply_mrope(
+        jnp.asarray(q, jnp.float32),
+        jnp.asarray(positions),
+        config,
+        mrope_section=section,
+        mrope_layout="interleaved",
+    )
+    np.testing.assert_allclose(got, rotate64(q, angles, "half"), rtol=0, atol=5e-5)
+
+
 def test_xd_rope_gives_rows_to_features_not_pairs():
     """HunYuan-VL's XD-RoPE: cat(f, f) cut into chunks of 2 * section[a] features,
     chunk a at row a; a rotate_half pair may then mix two rows (float64

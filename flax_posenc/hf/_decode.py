@@ -27,7 +27,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from flax_posenc._validation import check_integer_array, check_positive_int
+from flax_posenc._validation import (
+    check_integer_array,
+    check_positive_int,
+    check_rope_config,
+)
 from flax_posenc.rope import RopeConfig
 from flax_posenc.rope_scaling import DynamicNTKScaling, LongRopeScaling
 
@@ -67,6 +71,7 @@ def hf_decode_seq_lens(
       >>> q_len.tolist(), k_len.tolist()
       ([7], [3, 3, 3, 4, 5, 6, 7, 8])
     """
+    check_rope_config("config", config, RopeConfig)
     q_positions = check_integer_array("q_positions", q_positions)
     k_positions = check_integer_array("k_positions", k_positions)
     if isinstance(prompt_length, int):
