@@ -112,8 +112,10 @@ class LearnedPositionalEmbedding(nnx.Module):
         out_of_range: OutOfRange = "nan",
         rngs: nnx.Rngs,
     ):
-        self.max_len = max_len
-        self.features = features
+        # At construction: a negative size was an MLIRError from the initializer,
+        # a 0-row table a gather TypeError under jit.
+        self.max_len = check_positive_int("max_len", max_len)
+        self.features = check_positive_int("features", features)
         self.dtype = dtype
         self.out_of_range = out_of_range
         self.embedding = nnx.Param(
@@ -139,6 +141,9 @@ class RotaryEmbedding(nnx.Module):
     """
 
     def __init__(self, config: RopeConfig):
+        from flax_posenc._validation import check_rope_config
+
+        check_rope_config("config", config, RopeConfig)
         self.config = config
 
     def __call__(
