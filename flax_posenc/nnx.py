@@ -10,6 +10,7 @@ float32 for ALiBi, which has neither.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 import jax
@@ -231,3 +232,22 @@ class RelativePositionBias(nnx.Module):
             max_distance=self.max_distance,
         )
         return bias.astype(self.dtype or table.dtype)
+
+
+class _InitSignature:
+    """``inspect.signature(cls)`` (and so ``help(cls)``) shows ``cls.__init__`` less
+    ``self``: nnx's metaclass constructs through ``__call__(*args, **kwargs)``.
+
+    A descriptor, so that a subclass shows its own ``__init__`` and an instance keeps
+    its ``__call__`` signature (``inspect`` reads ``__signature__`` on both).
+    """
+
+    def __get__(self, instance: object, owner: type) -> inspect.Signature:
+        if instance is not None:
+            raise AttributeError("__signature__")
+        signature = inspect.signature(owner.__init__)
+        return signature.replace(parameters=list(signature.parameters.values())[1:])
+
+
+for _name in __all__:
+    globals()[_name].__signature__ = _InitSignature()

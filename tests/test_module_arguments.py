@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import pydoc
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -53,8 +54,8 @@ def constructor_parameters(api: str, cls: type) -> dict[str, Any]:
             for f in dataclasses.fields(cls)
             if f.name not in ("parent", "name")
         }
-    parameters = inspect.signature(cls.__init__).parameters
-    return {n: p.default for n, p in parameters.items() if n not in ("self", "rngs")}
+    parameters = inspect.signature(cls).parameters  # what help(cls) shows
+    return {n: p.default for n, p in parameters.items() if n != "rngs"}
 
 
 def call_parameters(cls: type) -> dict[str, Any]:
@@ -274,6 +275,30 @@ def test_argument_matters(api, case):
             f"{api}.{case.module} accepted {case.argument}={case.value!r}"
         )
         assert case.argument in str(variant.error), variant.error
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_signature_is_the_constructor(api):
+    """``inspect.signature(cls)`` and ``help(cls)`` show the real constructor, not
+    nnx's metaclass ``(*args, **kwargs)``; an instance shows its ``__call__``."""
+    for name, cls in modules(api).items():
+        if api == "linen":
+            expected = [f.name for f in dataclasses.fields(cls)]
+        else:
+            init = inspect.signature(cls.__init__)
+            expected = init.replace(parameters=list(init.parameters.values())[1:])
+            assert inspect.signature(cls) == expected, name
+            expected = list(expected.parameters)
+        assert list(inspect.signature(cls).parameters) == expected, name
+        shown = pydoc.render_doc(cls, renderer=pydoc.plaintext)
+        assert f"{name}{inspect.signature(cls)}" in shown, name
+
+        init = BASELINES[name][0]
+        if "rngs" in expected:
+            init = dict(init, rngs=nnx.Rngs(0))
+        call = inspect.signature(cls.__call__)
+        call = call.replace(parameters=list(call.parameters.values())[1:])
+        assert inspect.signature(cls(**init)) == call, name
 
 
 def test_linen_and_nnx_modules_have_the_same_arguments():

@@ -1,4 +1,4 @@
-"""The README's Python snippets run, in order, as one script."""
+"""Each of the README's Python snippets runs alone, as a reader would paste it."""
 
 import os
 import pathlib
@@ -6,21 +6,40 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).parent.parent
 README = ROOT / "README.md"
+BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+
+# What a snippet computes, checked after it ran: {text only that snippet has: check}.
+RESULTS = {
+    "attention.init_cache(": lambda ns: ns["y_t"].shape == (2, 1, 512),  # KV cache
+    "jax.make_mesh(": lambda ns: ns["mesh"].devices.size == 8,  # on 8 devices
+}
 
 
 def blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    return BLOCK.findall(README.read_text())
 
 
-def test_readme_snippets_run():
-    assert len(blocks()) >= 5
+def test_readme_has_snippets():
+    assert len(blocks()) >= 6
+    for marker in RESULTS:
+        assert sum(marker in block for block in blocks()) == 1, marker
+
+
+@pytest.mark.parametrize("index", range(len(blocks())), ids=lambda i: f"block{i}")
+def test_readme_snippet_runs_alone(index):
+    """In a fresh namespace: a name from an earlier snippet is a ``NameError``."""
+    match = list(BLOCK.finditer(README.read_text()))[index]
+    line = README.read_text().count("\n", 0, match.start(1))
+    source = "\n" * line + match.group(1)  # tracebacks point at README lines
     namespace = {}
-    for block in blocks():
-        exec(compile(block, str(README), "exec"), namespace)
-    assert namespace["y_t"].shape == (2, 1, 512)  # the KV-cache loop ran
-    assert namespace["mesh"].devices.size == 8  # the sharding snippet, on 8 devices
+    exec(compile(source, str(README), "exec"), namespace)
+    for marker, check in RESULTS.items():
+        if marker in match.group(1):
+            assert check(namespace), marker
 
 
 def test_readme_sharding_snippet_runs_on_one_device():
