@@ -9,8 +9,11 @@ transformers itself wrote (``tests/fixtures/make_hf_edge_cases.py``).
 
 from __future__ import annotations
 
+import json
+import pathlib
 import warnings
 
+import numpy as np
 import pytest
 
 import flax_posenc as fp
@@ -172,3 +175,113 @@ def test_a_layer_type_of_a_uniform_config_is_answered():
     ) == fp.rope_config_from_hf(config)
     with pytest.raises(ValueError, match=r"`layer_type` must be one of"):
         fp.rope_config_from_hf(config, layer_type="sliding_attention")
+
+
+FIXTURES = pathlib.Path(__file__).parent / "fixtures"
+EDGE = json.loads((FIXTURES / "hf_edge_cases.json").read_text())
+
+
+def _readable(case: dict) -> dict | None:
+    """The case's published config, else its to_dict() form, whichever the reader
+    reads (some classes derive layer lists only the v5 form spells out)."""
+    for config in (case["config"], case["config_dict"]):
+        try:
+            fp.read_hf_rope(config)
+            return config
+        except ValueError:
+            continue
+    return None
+
+
+BASE_CONFIGS = {}
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    for _case in json.loads((FIXTURES / "hf_models.json").read_text())["cases"]:
+        if _case["model_type"] not in BASE_CONFIGS:
+            BASE_CONFIGS[_case["model_type"]] = _readable(_case)
+PARTIAL_QUESTIONS = [
+    (model_type, question, answer)
+    for model_type, answers in EDGE["partial_rotary_factor_read"].items()
+    for question, answer in answers.items()
+    if isinstance(answer, (bool, str))
+    and ("/" not in question or "in_block" in question)
+    and BASE_CONFIGS.get(model_type) is not None  # None: refused whatever the key
+]
+
+
+@pytest.mark.parametrize(
+    "model_type, question, answer",
+    PARTIAL_QUESTIONS,
+    ids=[f"{t}-{q}" for t, q, _ in PARTIAL_QUESTIONS],
+)
+def test_partial_rotary_factor_is_read_where_transformers_reads_it(
+    model_type, question, answer
+):
+    """transformers (hf_edge_cases.json) added a partial_rotary_factor to each type's
+    config, at the top level or inside an added block: where it changed what the
+    attention rotates, the reader reads it; where it was ignored or failed, the
+    reader refuses it."""
+    details = EDGE["partial_rotary_factor_details"][model_type][question]
+    config = dict(BASE_CONFIGS[model_type])
+    if details["where"] == "top level":
+        config["partial_rotary_factor"] = details["partial_rotary_factor"]
+    else:
+        config.pop("rope_parameters", None)
+        config["rope_scaling"] = details["rope_parameters_with"]
+    if answer is True:
+        spec = fp.read_hf_rope(config)
+        assert any(layer.rope is not None for layer in spec.layers)
+        return
+    try:
+        spec = fp.read_hf_rope(config)
+    except ValueError as error:
+        assert "does not read it" in str(error)
+    else:  # a model that never calls its rotary function reads nothing
+        assert all(layer.rope is None for layer in spec.layers)
+
+
+# transformers reads these silently (a typo is ignored); the reader refuses them.
+REFUSED_WHERE_TRANSFORMERS_IGNORES = (
+    "llama/rope_scalling_llama3",
+    "llama/rope_thetta_5e5",
+)
+# transformers' warnings on values it computes with, and the reader's counterpart.
+WARNING_TEXTS = (
+    "factor field must be a float or int >= 1",
+    "must be less than max_position_embeddings",
+    "Please set the `factor` field",
+)
+EDGE_CASES = [c for c in EDGE["cases"] if c["section"] != "partial_rotary_factor"]
+
+
+@pytest.mark.parametrize("case", EDGE_CASES, ids=[c["name"] for c in EDGE_CASES])
+def test_reader_matches_transformers_edge_cases(case):
+    """Each hf_edge_cases.json case: where transformers failed, the reader raises;
+    where it computed, the reader gives its layers' RoPE use, frequencies,
+    attention scaling and softmax scale, and warns where it warned."""
+    if "error" in case or case["name"] in REFUSED_WHERE_TRANSFORMERS_IGNORES:
+        with pytest.raises((ValueError, TypeError)):
+            fp.read_hf_rope(case["config"])
+        return
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        spec = fp.read_hf_rope(case["config"])
+    warned = any(
+        text in w["message"] for w in case["warnings"] for text in WARNING_TEXTS
+    )
+    assert bool(caught) == warned, ([str(w.message) for w in caught], case["warnings"])
+    seq_len = max(max(row) for row in case["position_ids"]) + 1
+    for expected in case["layers"]:
+        layer = spec.layer(expected["layer_index"])
+        assert (layer.rope is not None) == expected["uses_rope"]
+        softmax = layer.softmax_scale_factor * expected["head_dim"] ** -0.5
+        np.testing.assert_allclose(softmax, expected["scaling"], rtol=1e-6)
+        if layer.rope is None:
+            continue
+        freqs = fp.rope_frequencies(layer.rope, seq_len=seq_len)
+        np.testing.assert_allclose(
+            freqs.inv_freq, np.asarray(expected["inv_freq"], np.float32), rtol=1e-6
+        )
+        np.testing.assert_allclose(
+            freqs.attention_scaling, expected["attention_scaling"], rtol=1e-6
+        )

@@ -112,6 +112,33 @@ class Model:
     rope_slice_last: bool = False
 
 
+# Model types whose RoPE reads ``partial_rotary_factor``, from the top level or the
+# rope block. Every other type ignores it with the default RoPE (it rotates the
+# whole head) and fails on it with a scaling family (fewer frequencies than features),
+# except that a type whose class puts a factor in its own rope blocks (GPT-NeoX's
+# rotary_pct, Gemma 4's proportional blocks) reads the block's. Found by transformers
+# itself: ``tests/fixtures/hf_edge_cases.json``, ``partial_rotary_factor_read``.
+PARTIAL_ROTARY = frozenset(
+    {
+        "glm",
+        "glm4",
+        "glm4_moe",
+        "minimax_m2",
+        "minimax_m3_vl_text",
+        "nemotron",
+        "persimmon",
+        "phi",
+        "phi3",
+        "phi4_multimodal",
+        "qwen3_5_moe_text",
+        "qwen3_5_text",
+        "qwen3_next",
+        "qwen4_exp_text",
+        "recurrent_gemma",
+        "stablelm",
+    }
+)
+
 COMMON = Model()
 INTERLEAVED = Model(layout="interleaved")
 MLA = Model(head_dim="qk_rope_head_dim", interleave_key=True, softmax_mscale=True)

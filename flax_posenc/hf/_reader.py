@@ -23,6 +23,7 @@ from flax_posenc.hf._models import (
     EXCLUDED,
     LEARNED,
     MODELS,
+    PARTIAL_ROTARY,
     Model,
 )
 from flax_posenc.hf._typos import resembled
@@ -81,7 +82,16 @@ _FAMILY_KEYS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 _ALIASES = {"mrope": "default"}  # Qwen2-VL's legacy type name
 # Block keys transformers indexes and computes with, so that a null fails there
 # (optional keys it reads with .get() or ``or`` treat a null as absent).
-_NULL_FAILS = frozenset({"rope_theta", "original_max_position_embeddings"})
+_NULL_FAILS = frozenset(
+    {"rope_theta", "original_max_position_embeddings", "partial_rotary_factor"}
+)
+# Top-level keys whose None the class keeps and the reader follows: no sliding
+# window; head_dim from hidden_size // num_attention_heads (the rotary modules'
+# ``getattr(config, "head_dim", None) or ...``); rope_interleave and
+# position_embedding_type tested as falsy / not "rope".
+_NULLS_READ = frozenset(
+    {"sliding_window", "head_dim", "rope_interleave", "position_embedding_type"}
+)
 # Families whose pre-training length transformers moves into the block.
 _NEEDS_ORIGINAL = ("llama3", "yarn", "longrope")
 
@@ -234,17 +244,26 @@ class _Config:
         self._check_keys()
 
     def _check_keys(self) -> None:
-        """Refuses nulls the class refuses, and near misses of RoPE keys."""
+        """Refuses nulls the reader cannot follow, and near misses of RoPE keys."""
         for key, value in self.config.items():
-            field = self.attribute_map.get(key, key)
+            rule = self.null_rule(key)
             if value is None and (
-                key == "rope_theta" or self.nulls.get(field) == "error"
+                rule in ("error", "other")
+                or (
+                    rule == "none"
+                    and self.attribute_map.get(key, key) not in _NULLS_READ
+                )
             ):
+                what = (
+                    f"which transformers' {self.defaults['config_class']} cannot use"
+                    if rule == "error"
+                    else f"and flax_posenc does not follow what transformers' "
+                    f"{self.defaults['config_class']} then does"
+                )
                 raise ValueError(
-                    f"{self.where(key)} is null, which transformers' "
-                    f"{self.defaults['config_class']} cannot use (JSON null is a "
-                    "value, not 'unset'); give a value, or leave the key out for the "
-                    "class default."
+                    f"{self.where(key)} is null, {what} (JSON null is a value, not "
+                    "'unset'); give a value, or leave the key out for the class "
+                    "default."
                 )
             like = None if key in NEAR_TYPO_CHECKED else resembled(key)
             if like is not None:
@@ -253,6 +272,16 @@ class _Config:
                     f"is close to {like!r}, which sets RoPE: transformers would "
                     f"ignore it silently. Rename it to {like!r}, or remove it."
                 )
+
+    def null_rule(self, key: str) -> str | None:
+        """What the class makes of ``key`` (under any spelling) set to null, where
+        that differs from leaving it out (see ``_defaults.DEFAULTS[t]["null"]``)."""
+        field = self.attribute_map.get(key, key)
+        names = [a for a, f in self.attribute_map.items() if f == field]
+        for name in (key, field, *names):
+            if name in self.nulls:
+                return self.nulls[name]
+        return None
 
     def where(self, key: str) -> str:
         return f"config[{key!r}] ({self.model_type})"
@@ -589,6 +618,42 @@ def _head_dim(
     return width // check_length(cfg.where("num_attention_heads"), heads)
 
 
+def _check_partial_is_read(
+    cfg: _Config, block: Mapping[str, Any], rope_type: str, where: str
+) -> None:
+    """Refuses a ``partial_rotary_factor`` the model does not read (see
+    ``_models.PARTIAL_ROTARY``); 1 and the class's own factor change nothing."""
+    if cfg.model_type in PARTIAL_ROTARY:
+        return
+    default = cfg.defaults.get("rope_parameters") or {}
+    blocks = [default] if "rope_type" in default else [*default.values()]
+    factors = {b.get("partial_rotary_factor") for b in blocks if isinstance(b, Mapping)}
+    own = factors - {None}
+    # Where every block of the class carries one factor, a top-level copy of it (as
+    # to_dict writes one) changes nothing.
+    same = next(iter(own)) if len(factors) == 1 and own else None
+    given = [
+        (cfg.where("partial_rotary_factor"), cfg.explicit("partial_rotary_factor"))
+    ]
+    if not own:  # a class with a factor of its own reads the block's
+        given.append(
+            (f"{where}['partial_rotary_factor']", block.get("partial_rotary_factor"))
+        )
+    for name, value in given:
+        if value is None or value == 1.0 or value == same:
+            continue
+        effect = (
+            f"it keeps its own factor {sorted(own)}"
+            if own
+            else "with the default RoPE it rotates the whole head, with a scaling "
+            "family its first forward fails on the shapes"
+        )
+        raise ValueError(
+            f"{name} is {value}, but transformers' {cfg.model_type!r} does not read "
+            f"it (rope_type {rope_type!r}): {effect}. Remove the key."
+        )
+
+
 def _partial(cfg: _Config, block: Mapping[str, Any], where: str) -> float:
     value = block.get("partial_rotary_factor")
     if value is None:
@@ -596,6 +661,12 @@ def _partial(cfg: _Config, block: Mapping[str, Any], where: str) -> float:
     for key in cfg.model.partial_keys:
         if value is None:
             value = cfg.config.get(key)
+    unset = any(
+        cfg.is_null(k) and cfg.null_rule(k) == "unset"
+        for k in ("partial_rotary_factor", *cfg.model.partial_keys)
+    )
+    if value is None and unset:  # the class drops its own factor: full rotation
+        return 1.0
     if value is None:
         value = (cfg.defaults.get("rope_parameters") or {}).get("partial_rotary_factor")
     if value is None:
@@ -799,6 +870,7 @@ def _layer_rope(
     block = _legacy_block(cfg, block, where)
     rope_type = _rope_type(block, where)
     _check_keys(cfg, block, rope_type, where)
+    _check_partial_is_read(cfg, block, rope_type, where)
     head_dim = _head_dim(cfg, layer_type, layer_types)
     theta = check_float(f"{where}['rope_theta']", block.get("rope_theta", 10000.0))
     if cfg.model.rotary_dim_key is not None:
