@@ -628,7 +628,7 @@ def _check_partial_is_read(
     default = cfg.defaults.get("rope_parameters") or {}
     blocks = [default] if "rope_type" in default else [*default.values()]
     factors = {b.get("partial_rotary_factor") for b in blocks if isinstance(b, Mapping)}
-    own = factors - {None}
+    own = {float(f) for f in factors if f is not None}
     # Where every block of the class carries one factor, a top-level copy of it (as
     # to_dict writes one) changes nothing.
     same = next(iter(own)) if len(factors) == 1 and own else None
