@@ -9,8 +9,9 @@ it is never clamped silently. The policy, by ``out_of_range``:
   in the loss instead of hiding in a clamped row.
 * ``"checkify"``: like ``"nan"``, and additionally a ``jax.experimental.checkify``
   check, reported when the caller wraps the function in ``checkify.checkify``
-  (which is then required under ``jit`` and any other staging, ``jax.eval_shape``
-  and ``jax.make_jaxpr`` included: without it a ``ValueError`` says so).
+  (which is then required under ``jit``: without it JAX fails when compiling,
+  "Cannot abstractly evaluate a checkify.check which was not functionalized ...
+  through checkify.checkify"; ``jax.eval_shape`` needs no wrapping).
 * ``"clip"``: explicit opt-in to clamp positions into ``[0, max_len - 1]``.
 """
 
@@ -58,8 +59,8 @@ def learned_embedding_lookup(
       TypeError: non-integer ``positions`` or a non-floating ``table``.
       ValueError: ``table`` not of rank 2 or with no rows, unknown
         ``out_of_range``, concrete positions outside ``[0, max_len)`` (unless
-        ``out_of_range="clip"``), or ``out_of_range="checkify"`` staged (``jit``)
-        without ``checkify.checkify`` around it.
+        ``out_of_range="clip"``); JAX's own ValueError when
+        ``out_of_range="checkify"`` is compiled without ``checkify.checkify``.
 
     Examples:
       >>> table = jnp.arange(12.0).reshape(4, 3)  # [max_len=4, D=3]
@@ -99,62 +100,16 @@ def learned_embedding_lookup(
                     'out_of_range="clip" to clamp on purpose.'
                 )
         if out_of_range == "checkify" and positions.size:
-            _check_in_range(positions, max_len)
+            checkify.check(
+                jnp.all((positions >= 0) & (positions < max_len)),
+                f"positions must lie in [0, max_len={max_len}); got values in "
+                "[{low}, {high}]",
+                low=jnp.min(positions),
+                high=jnp.max(positions),
+            )
     rows = take_rows(table, jnp.clip(positions, 0, max_len - 1))
     if out_of_range == "clip":
         return rows
     # Gathers wrap negative indices or clamp; mask out-of-range rows explicitly.
     in_range = (positions >= 0) & (positions < max_len)
     return jnp.where(in_range[..., None], rows, jnp.nan).astype(table.dtype)
-
-
-def _check_in_range(positions: jax.Array, max_len: int) -> None:
-    """The ``checkify`` check of ``out_of_range="checkify"``.
-
-    Staged (``jit``, ``scan``, ``eval_shape``, ...) without ``checkify.checkify``
-    around it, JAX accepts the check while tracing and fails only when lowering,
-    with its own "Cannot abstractly evaluate a checkify.check" error; that case is
-    refused here, while tracing, with the fix.
-    """
-    if _staged_outside_checkify():
-        raise ValueError(
-            'out_of_range="checkify" under jit needs the function wrapped in '
-            "jax.experimental.checkify.checkify (e.g. err, out = "
-            "checkify.checkify(jax.jit(f))(...); err.throw()), got a staged call "
-            "(jit, scan, eval_shape, ...) without it. Hint: wrap it, or use "
-            'out_of_range="nan" (NaN rows under jit).'
-        )
-    checkify.check(
-        jnp.all((positions >= 0) & (positions < max_len)),
-        f"positions must lie in [0, max_len={max_len}); got values in "
-        "[{low}, {high}]",
-        low=jnp.min(positions),
-        high=jnp.max(positions),
-    )
-
-
-def _staged_outside_checkify() -> bool:
-    """Whether JAX is staging the current call (a jaxpr trace is active) with no
-    ``checkify.checkify`` among the enclosing traces.
-
-    JAX has no public query for this: the enclosing traces are read from its
-    trace context (jaxpr traces record what they trace for, ``"checkify"`` for
-    ``checkify.checkify``). Where that structure is not found (another JAX
-    version), this answers False and JAX's own error stands.
-    """
-    try:
-        from jax._src import core as jax_core
-
-        trace = jax_core.trace_ctx.trace
-    except (ImportError, AttributeError):
-        return False
-    staged = False
-    while trace is not None:
-        frame = getattr(trace, "frame", None)
-        if frame is not None:
-            staged = True
-            info = getattr(frame, "debug_info", None)
-            if getattr(info, "traced_for", None) == "checkify":
-                return False
-        trace = getattr(trace, "parent_trace", None)
-    return staged
