@@ -1197,7 +1197,8 @@ def rope_config_from_hf(
 
     Examples:
       >>> config = fp.rope_config_from_hf({"model_type": "llama", "hidden_size": 4096,
-      ...     "num_attention_heads": 32, "rope_theta": 500000.0,
+      ...     "num_attention_heads": 32, "max_position_embeddings": 131072,
+      ...     "rope_theta": 500000.0,
       ...     "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
       ...     "low_freq_factor": 1.0, "high_freq_factor": 4.0,
       ...     "original_max_position_embeddings": 8192}})
