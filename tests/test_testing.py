@@ -305,6 +305,19 @@ def test_shift_invariance_can_fail_at_every_offset_it_accepts(angle_precision, o
             )  # fmt: skip
 
 
+def test_failure_shows_the_documented_tolerance():
+    """At offset 1000 from positions up to 200 (float32 outputs) the default is the
+    documented 4 eps + 2^-21 P with P = 1200, and the message shows it."""
+    table = normal((2048, 8), seed=2)
+
+    def add_learned(x, positions):
+        return x + table[positions][..., None, :]
+
+    documented = 4 * 2.0**-23 + 2.0**-21 * 1200
+    with pytest.raises(AssertionError, match=rf"rtol = {documented:.3g} \(sized"):
+        testing.assert_shift_invariance(add_learned, Q, K, SHIFT_POSITIONS, [1000])
+
+
 def test_a_tolerance_that_cannot_fail_raises():
     """Past FLOAT32_LIMIT the float32 default exceeds LARGEST_RTOL: a ValueError
     names exact angles; an explicit rtol above LARGEST_RTOL raises too."""
