@@ -14,7 +14,8 @@ Angles are formed in float32 (``angle_precision="exact"`` reduces them mod 2 pi 
 instead, for long contexts); outputs keep the input dtype.
 """
 
-from flax_posenc import testing as testing
+from typing import TYPE_CHECKING
+
 from flax_posenc._exact_angles import AnglePrecision as AnglePrecision
 from flax_posenc.alibi import alibi_bias as alibi_bias
 from flax_posenc.alibi import alibi_slopes as alibi_slopes
@@ -29,11 +30,6 @@ from flax_posenc.context_extension import ExtensionMethod as ExtensionMethod
 from flax_posenc.context_extension import RopeWavelengths as RopeWavelengths
 from flax_posenc.context_extension import extend_context as extend_context
 from flax_posenc.context_extension import rope_wavelengths as rope_wavelengths
-from flax_posenc.hf import HFRope as HFRope
-from flax_posenc.hf import LayerRope as LayerRope
-from flax_posenc.hf import hf_decode_seq_lens as hf_decode_seq_lens
-from flax_posenc.hf import read_hf_rope as read_hf_rope
-from flax_posenc.hf import rope_config_from_hf as rope_config_from_hf
 from flax_posenc.learned import OutOfRange as OutOfRange
 from flax_posenc.learned import learned_embedding_lookup as learned_embedding_lookup
 from flax_posenc.positions import grid_positions as grid_positions
@@ -83,7 +79,42 @@ from flax_posenc.sinusoidal import sinusoidal_table as sinusoidal_table
 from flax_posenc.xpos import apply_xpos as apply_xpos
 from flax_posenc.xpos import xpos_cos_sin as xpos_cos_sin
 
+if TYPE_CHECKING:  # loaded on first use (below): they need chex and the HF table
+    from flax_posenc import testing as testing
+    from flax_posenc.hf import HFRope as HFRope
+    from flax_posenc.hf import LayerRope as LayerRope
+    from flax_posenc.hf import hf_decode_seq_lens as hf_decode_seq_lens
+    from flax_posenc.hf import read_hf_rope as read_hf_rope
+    from flax_posenc.hf import rope_config_from_hf as rope_config_from_hf
+
 __version__ = "0.1.0"
+
+_LAZY = {
+    "testing": ("flax_posenc", "testing"),
+    "HFRope": ("flax_posenc.hf", "HFRope"),
+    "LayerRope": ("flax_posenc.hf", "LayerRope"),
+    "hf_decode_seq_lens": ("flax_posenc.hf", "hf_decode_seq_lens"),
+    "read_hf_rope": ("flax_posenc.hf", "read_hf_rope"),
+    "rope_config_from_hf": ("flax_posenc.hf", "rope_config_from_hf"),
+}
+
+
+def __getattr__(name: str):
+    """Loads the assertions (chex) and the Hugging Face reader on first use, so that
+    ``import flax_posenc`` costs JAX alone."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'flax_posenc' has no attribute {name!r}")
+    import importlib
+
+    module, attribute = _LAZY[name]
+    value = (
+        importlib.import_module(f"{module}.{attribute}")
+        if module == "flax_posenc"
+        else getattr(importlib.import_module(module), attribute)
+    )
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AlibiBias",

@@ -30,7 +30,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
 
 from flax_posenc._validation import check_integer_array, check_rope_config
 from flax_posenc.blockwise import PositionBias, blockwise_attention
@@ -160,7 +159,10 @@ def positional_attention_fn(
         return _blockwise_attention_fn(
             rotate, bias, q_pos, k_pos, attention_fn or blockwise_attention
         )
-    attention_fn = attention_fn or nnx.dot_product_attention
+    if attention_fn is None:
+        from flax import nnx  # here, so that importing flax_posenc needs no Flax
+
+        attention_fn = nnx.dot_product_attention
 
     @functools.wraps(attention_fn)
     def attend(query, key, value, *args, **kwargs):

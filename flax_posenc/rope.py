@@ -20,8 +20,6 @@ float32 ``position * inv_freq`` products, never formed in the activation dtype; 
 from __future__ import annotations
 
 import dataclasses
-import warnings
-from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
 import jax
@@ -164,28 +162,6 @@ class RopeConfig:
     def depends_on_seq_len(self) -> bool:
         """Whether the frequencies depend on ``seq_len`` (dynamic NTK, LongRoPE)."""
         return self.scaling is not None and self.scaling.depends_on_seq_len
-
-    @classmethod
-    def from_hf(
-        cls, config: Mapping[str, Any], *, layer_type: str | None = None
-    ) -> RopeConfig:
-        """Deprecated: use :func:`flax_posenc.rope_config_from_hf`.
-
-        Args:
-          config: a ``config.json`` as a dict.
-          layer_type: see :func:`flax_posenc.rope_config_from_hf`.
-
-        Returns:
-          The matching ``RopeConfig``.
-        """
-        warnings.warn(
-            "RopeConfig.from_hf is deprecated; use fp.rope_config_from_hf(config).",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        from flax_posenc.hf import rope_config_from_hf  # hf builds on this module
-
-        return rope_config_from_hf(config, layer_type=layer_type)
 
 
 class RopeTables(NamedTuple):

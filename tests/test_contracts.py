@@ -7,11 +7,8 @@ no error; each test names the bug it kills.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import inspect
 import math
-import pathlib
 import typing
 
 import jax
@@ -622,23 +619,6 @@ def test_rotary_dim_is_typed_int():
     hints = typing.get_type_hints(fp.RopeConfig)
     assert hints["rotary_dim"] is int
     assert isinstance(fp.RopeConfig(head_dim=8).rotary_dim // 2, int)
-
-
-def _top_level_imports(module) -> set[str]:
-    tree = ast.parse(pathlib.Path(inspect.getfile(module)).read_text())
-    names = set()
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.module:
-            names.add(node.module)
-        elif isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-    return names
-
-
-def test_rope_does_not_import_the_hf_reader():
-    import flax_posenc.rope as rope_module
-
-    assert not any("hf" in name for name in _top_level_imports(rope_module))
 
 
 @pytest.mark.parametrize("family", ["dynamic", "longrope"])

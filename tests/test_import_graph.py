@@ -1,0 +1,120 @@
+"""The package's import graph: layered as DESIGN.md says, with no circle, counting
+imports inside functions too; and what ``import flax_posenc`` loads.
+
+Layers (each imports only its own and lower ones): 1 the functional core, 2 the
+Hugging Face reader, 3 modules and attention glue, 4 the assertions.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "flax_posenc"
+LAYERS = {
+    "flax_posenc.hf": 2,
+    "flax_posenc.linen": 3,
+    "flax_posenc.nnx": 3,
+    "flax_posenc.attention": 3,
+    "flax_posenc.blockwise": 3,
+    "flax_posenc._embed": 3,
+    "flax_posenc.testing": 4,
+}
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def layer(module: str) -> int:
+    for prefix, value in LAYERS.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return value
+    return 1
+
+
+def is_module(name: str) -> bool:
+    path = PACKAGE.parent / name.replace(".", "/")
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def imports_of(path: pathlib.Path) -> set[str]:
+    """Every flax_posenc module ``path`` imports, at any depth of its code."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        found.update(
+            n
+            for n in names
+            if (
+                n.startswith("flax_posenc")
+                and (PACKAGE.parent / (n.replace(".", "/") + ".py")).exists()
+            )
+            or (PACKAGE.parent / n.replace(".", "/") / "__init__.py").exists()
+        )
+    return found
+
+
+GRAPH = {
+    module_name(path): imports_of(path) - {"flax_posenc"}
+    for path in sorted(PACKAGE.rglob("*.py"))
+    if module_name(path) != "flax_posenc"  # the namespace re-exports everything
+}
+
+
+def test_graph_was_read():
+    assert "flax_posenc.rope" in GRAPH["flax_posenc.cache_shift"]
+    assert "flax_posenc.hf._reader" in GRAPH["flax_posenc.hf"]
+
+
+@pytest.mark.parametrize("module", sorted(GRAPH))
+def test_no_import_from_a_higher_layer(module):
+    higher = sorted(m for m in GRAPH[module] if layer(m) > layer(module))
+    assert not higher, f"{module} (layer {layer(module)}) imports {higher}"
+
+
+def test_no_circle():
+    done: set[str] = set()
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        if module in path:
+            raise AssertionError(" -> ".join(path[path.index(module) :] + (module,)))
+        if module in done:
+            return
+        for target in sorted(GRAPH.get(module, ())):
+            if target != module and not module.startswith(target + "."):
+                visit(target, (*path, module))
+        done.add(module)
+
+    for module in sorted(GRAPH):
+        visit(module, ())
+
+
+def test_import_loads_jax_alone_until_the_reader_and_assertions_are_used():
+    """``import flax_posenc`` loads neither chex, Flax nor the HF table (they load on
+    first use); RopeConfig and apply_rope never load the reader."""
+    code = """
+import sys
+import jax.numpy as jnp
+import flax_posenc as fp
+heavy = ("chex", "flax", "flax_posenc.hf", "flax_posenc.testing")
+fp.apply_rope(jnp.ones((4, 2, 8)), jnp.arange(4), fp.RopeConfig(head_dim=8))
+print(sorted(m for m in heavy if m in sys.modules))
+fp.read_hf_rope, fp.testing.assert_shift_invariance
+print(sorted(m for m in heavy if m in sys.modules))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    assert out[0] == "[]"
+    assert out[1] == "['chex', 'flax_posenc.hf', 'flax_posenc.testing']"
