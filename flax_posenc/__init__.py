@@ -20,6 +20,7 @@ from flax_posenc._exact_angles import AnglePrecision as AnglePrecision
 from flax_posenc.alibi import alibi_bias as alibi_bias
 from flax_posenc.alibi import alibi_slopes as alibi_slopes
 from flax_posenc.attention import attention_fn_override as attention_fn_override
+from flax_posenc.attention import blockwise_attention_fn as blockwise_attention_fn
 from flax_posenc.attention import positional_attention_fn as positional_attention_fn
 from flax_posenc.blockwise import AlibiBias as AlibiBias
 from flax_posenc.blockwise import PositionBias as PositionBias
@@ -155,6 +156,7 @@ __all__ = [
     "attention_fn_override",
     "axial_rope_cos_sin",
     "blockwise_attention",
+    "blockwise_attention_fn",
     "extend_context",
     "grid_positions",
     "hf_decode_seq_lens",

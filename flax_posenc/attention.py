@@ -4,10 +4,11 @@
 ``dot_product_attention`` by default, or ``jax.nn.dot_product_attention``) so that it
 rotates q and k with RoPE and/or adds a position bias (ALiBi, T5) before attending.
 Pass the result as ``attention_fn=`` to ``flax.linen.MultiHeadDotProductAttention`` or
-``flax.nnx.MultiHeadAttention``. Given a bias *function* of positions
-(:class:`flax_posenc.AlibiBias`, :class:`flax_posenc.RelativeBias`) instead of an
-array, it attends with :func:`flax_posenc.blockwise_attention`, which computes the
-bias tile by tile: long contexts without an ``[B, N, L, S]`` array.
+``flax.nnx.MultiHeadAttention``. :func:`blockwise_attention_fn` is the same drop-in
+for a bias *function* of positions (:class:`flax_posenc.AlibiBias`,
+:class:`flax_posenc.RelativeBias`): it attends with the algorithm of
+:func:`flax_posenc.blockwise_attention`, which computes the bias tile by tile: long
+contexts without an ``[B, N, L, S]`` array.
 
 KV-cache decoding. Positions are explicit, so a cache is correct by construction:
 keys are rotated (or biased) at their own positions and the query at the current one.
@@ -26,18 +27,24 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from flax_posenc._validation import check_integer_array, check_rope_config
-from flax_posenc.blockwise import PositionBias, blockwise_attention
+from flax_posenc import _blockwise
+from flax_posenc._validation import (
+    check_float_array,
+    check_integer_array,
+    check_rope_config,
+)
+from flax_posenc.blockwise import PositionBias
 from flax_posenc.rope import RopeConfig, apply_rope_qk
 from flax_posenc.rope_scaling import SeqLen
 
 __all__ = [
     "attention_fn_override",
+    "blockwise_attention_fn",
     "positional_attention_fn",
 ]
 
@@ -47,7 +54,7 @@ def positional_attention_fn(
     rope: RopeConfig | None = None,
     q_positions: jax.Array | None = None,
     k_positions: jax.Array | None = None,
-    bias: jax.Array | PositionBias | None = None,
+    bias: jax.Array | None = None,
     seq_len: SeqLen = None,
     k_seq_len: SeqLen = None,
     attention_fn: Callable[..., jax.Array] | None = None,
@@ -60,14 +67,13 @@ def positional_attention_fn(
     Args:
       rope: RoPE configuration, or None for no rotation.
       q_positions: integer ``[B, L]`` or ``[L]`` positions of the queries; required
-        with ``rope`` or a bias function.
+        with ``rope``.
       k_positions: integer ``[B, S]`` or ``[S]``; defaults to ``q_positions``
         (self-attention without a cache).
       bias: float ``[..., N, L, S]`` added to the logits, e.g.
-        :func:`flax_posenc.alibi_bias` or a T5 ``RelativePositionBias``; or a bias
-        function of positions (:class:`flax_posenc.AlibiBias`,
-        :class:`flax_posenc.RelativeBias`, any :data:`flax_posenc.PositionBias`),
-        computed per tile inside :func:`flax_posenc.blockwise_attention`.
+        :func:`flax_posenc.alibi_bias` or a T5 ``RelativePositionBias``. A bias
+        *function* of positions (:class:`flax_posenc.AlibiBias`, ...) goes to
+        :func:`flax_posenc.blockwise_attention_fn` instead.
       seq_len: for dynamic NTK and LongRoPE, one length for q and k; None means
         ``max(q_positions, k_positions) + 1``, so both share their frequencies.
         Per-token lengths (with ``k_seq_len``) follow transformers' decode policy:
@@ -77,23 +83,19 @@ def positional_attention_fn(
         value, bias=None, mask=None, ...)`` and q/k/v ``[B, L, N, H]``. None means
         ``flax.nnx.dot_product_attention``, which takes the keywords both
         ``linen.MultiHeadDotProductAttention`` and ``nnx.MultiHeadAttention`` pass.
-        With a bias function: None means :func:`flax_posenc.blockwise_attention`;
-        pass ``functools.partial(fp.blockwise_attention, causal=True, ...)`` for its
-        options. Flax's ``mask`` is sliced per tile and its ``is_causal`` means
-        ``causal=True``; dropout and ``sow_weights`` are not supported there.
 
     Returns:
       A function with ``attention_fn``'s signature (Flax inspects it to decide which
-      keyword arguments to pass); with a bias function, the keywords of Flax's
-      ``dot_product_attention`` that Flax's modules pass.
+      keyword arguments to pass).
 
     Raises:
-      ValueError: neither ``rope`` nor ``bias`` given, ``rope`` or a bias function
-        without ``q_positions``, or (when called) a ``bias`` that does not broadcast
-        to the logits ``[B, N, L, S]``, or dropout / ``sow_weights`` with a bias
-        function.
-      TypeError: non-integer positions, or a ``rope`` that is not a
-        :class:`flax_posenc.RopeConfig` (e.g. a ``config.json`` dict).
+      ValueError: neither ``rope`` nor ``bias`` given, ``rope`` without
+        ``q_positions``, or (when called) a ``bias`` that does not broadcast to the
+        logits ``[B, N, L, S]``.
+      TypeError: non-integer positions, a ``rope`` that is not a
+        :class:`flax_posenc.RopeConfig` (e.g. a ``config.json`` dict), a bias
+        function (use :func:`flax_posenc.blockwise_attention_fn`) or a non-floating
+        ``bias``.
 
     Examples:
       RoPE in ``flax.linen.MultiHeadDotProductAttention``:
@@ -115,50 +117,19 @@ def positional_attention_fn(
       >>> q = jnp.ones((1, 16, 4, 16))  # [B, L, N, H]
       >>> attend(q, q, q).shape
       (1, 16, 4, 16)
-
-      ALiBi computed per tile, causal from the positions (no ``[N, L, S]`` bias):
-
-      >>> import functools
-      >>> attend = fp.positional_attention_fn(
-      ...     bias=fp.AlibiBias(4), q_positions=jnp.arange(16),
-      ...     attention_fn=functools.partial(fp.blockwise_attention, causal=True))
-      >>> attend(q, q, q).shape
-      (1, 16, 4, 16)
     """
     if rope is None and bias is None:
         raise ValueError("Give `rope`, `bias` or both; got neither.")
-    if rope is not None:
-        check_rope_config("rope", rope, RopeConfig)
-    if q_positions is None and (rope is not None or callable(bias)):
-        what = (
-            "`rope`" if rope is not None else f"a bias function ({type(bias).__name__})"
-        )
-        raise ValueError(f"`q_positions` is required with {what}.")
-    q_pos = k_pos = None
-    if q_positions is not None:
-        q_pos = check_integer_array("q_positions", q_positions)
-    if k_positions is not None:
-        k_pos = check_integer_array("k_positions", k_positions)
-    rotate: Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]] | None = None
-    if rope is not None and q_pos is not None:
-
-        def rotate_qk(query, key):
-            return apply_rope_qk(
-                query,
-                key,
-                q_pos,
-                rope,
-                k_positions=k_pos,
-                seq_len=seq_len,
-                k_seq_len=k_seq_len,
-            )
-
-        rotate = rotate_qk
-
     if callable(bias):
-        return _blockwise_attention_fn(
-            rotate, bias, q_pos, k_pos, attention_fn or blockwise_attention
+        raise TypeError(
+            "`bias` of positional_attention_fn must be a [..., N, L, S] array, got "
+            f"a bias function ({type(bias).__name__}). Hint: "
+            "fp.blockwise_attention_fn(bias=..., q_positions=...) computes it per "
+            "tile."
         )
+    if bias is not None:
+        check_float_array("bias", bias)
+    rotation = _check_rotation(rope, q_positions, k_positions, seq_len, k_seq_len)
     if attention_fn is None:
         from flax import nnx  # here, so that importing flax_posenc needs no Flax
 
@@ -166,8 +137,7 @@ def positional_attention_fn(
 
     @functools.wraps(attention_fn)
     def attend(query, key, value, *args, **kwargs):
-        if rotate is not None:
-            query, key = rotate(query, key)
+        query, key = _rotate(query, key, rotation)
         if bias is not None:
             logits_shape = query.shape[:-3] + (query.shape[-2], query.shape[-3])
             logits_shape += (key.shape[-3],)
@@ -179,14 +149,100 @@ def positional_attention_fn(
     return attend
 
 
-def _blockwise_attention_fn(
-    rotate: Callable[[jax.Array, jax.Array], tuple[jax.Array, jax.Array]] | None,
-    bias: PositionBias,
-    q_positions: jax.Array | None,
-    k_positions: jax.Array | None,
-    attention_fn: Callable[..., jax.Array],
+def blockwise_attention_fn(
+    *,
+    q_positions: jax.Array,
+    k_positions: jax.Array | None = None,
+    bias: PositionBias | None = None,
+    rope: RopeConfig | None = None,
+    seq_len: SeqLen = None,
+    k_seq_len: SeqLen = None,
+    causal: bool = False,
+    q_segment_ids: jax.Array | None = None,
+    k_segment_ids: jax.Array | None = None,
+    scale: float | None = None,
+    block_q: int = 512,
+    block_k: int = 512,
 ) -> Callable[..., jax.Array]:
-    """Flax's ``attention_fn`` signature, attending with a blockwise-style function."""
+    """A Flax ``attention_fn`` that attends blockwise, the bias computed per tile.
+
+    ``attn(q, k, v, mask=m, ...) = blockwise_attention(RoPE(q, q_positions),
+    RoPE(k, k_positions), v, bias=bias, mask=m, ...)``: long contexts inside Flax's
+    attention modules without an ``[B, N, L, S]`` bias (see
+    :func:`flax_posenc.blockwise_attention`, whose options these are).
+
+    Args:
+      q_positions: integer ``[B, L]`` or ``[L]`` positions of the queries.
+      k_positions: integer ``[B, S]`` or ``[S]``; None means ``q_positions``. With
+        Flax's ``decode=True`` cache, every slot's position.
+      bias: a :data:`flax_posenc.PositionBias` (:class:`flax_posenc.AlibiBias`,
+        :class:`flax_posenc.RelativeBias`, ...), or None for none. A materialised
+        array goes to :func:`flax_posenc.positional_attention_fn` instead.
+      rope: RoPE configuration applied to q and k first, or None.
+      seq_len: for dynamic NTK and LongRoPE, as in
+        :func:`flax_posenc.positional_attention_fn`.
+      k_seq_len: k's own lengths; None means ``seq_len``.
+      causal: mask keys at later positions, ``k_pos > q_pos``; Flax's
+        ``is_causal=True`` (nnx) means the same.
+      q_segment_ids: integer ``[B, L]`` or ``[L]``, packed segments.
+      k_segment_ids: integer ``[B, S]`` or ``[S]``; None means ``q_segment_ids``.
+      scale: the logit scale; None means ``1 / sqrt(H)``.
+      block_q: query rows per tile.
+      block_k: keys per tile.
+
+    Returns:
+      A function with the keywords of Flax's ``dot_product_attention`` that
+      ``linen.MultiHeadDotProductAttention`` and ``nnx.MultiHeadAttention`` pass:
+      ``(query, key, value, mask=None, ..., dtype=None, precision=None,
+      is_causal=False)``. Flax's ``mask`` is sliced per tile.
+
+    Raises:
+      ValueError: no ``q_positions``; what :func:`flax_posenc.blockwise_attention`
+        rejects; (when called) dropout with ``deterministic=False`` or
+        ``sow_weights=True``: blockwise attention has no dropout and forms no
+        attention weights.
+      TypeError: non-integer positions or segment ids, a ``rope`` that is not a
+        :class:`flax_posenc.RopeConfig`, a ``bias`` that is not a function, a
+        non-bool ``causal``, non-int block sizes.
+
+    Examples:
+      ALiBi per tile in ``flax.linen.MultiHeadDotProductAttention``, causal from the
+      positions (no ``[N, L, S]`` bias, no ``[L, S]`` mask):
+
+      >>> attention = flax.linen.MultiHeadDotProductAttention(
+      ...     num_heads=4, attention_fn=fp.blockwise_attention_fn(
+      ...         bias=fp.AlibiBias(4), q_positions=jnp.arange(16), causal=True))
+      >>> x = jnp.ones((1, 16, 64))  # [B, L, D]
+      >>> params = attention.init(jax.random.key(0), x)
+      >>> attention.apply(params, x).shape
+      (1, 16, 64)
+    """
+    if q_positions is None:
+        raise ValueError(
+            "`q_positions` is required: blockwise attention computes its bias and "
+            "causal mask from positions."
+        )
+    rotation = _check_rotation(rope, q_positions, k_positions, seq_len, k_seq_len)
+    options = _blockwise.check_options(
+        bias=bias, causal=causal, scale=scale, block_q=block_q, block_k=block_k
+    )
+    segments = tuple(
+        None if ids is None else check_integer_array(name, ids)
+        for name, ids in (
+            ("q_segment_ids", q_segment_ids),
+            ("k_segment_ids", k_segment_ids),
+        )
+    )
+    return _flax_blockwise(rotation, bias, options, segments)
+
+
+def _flax_blockwise(
+    rotation: _Rotation,
+    bias: PositionBias | None,
+    options: _blockwise.Options,
+    segments: tuple[jax.Array | None, ...],
+) -> Callable[..., jax.Array]:
+    """Flax's ``attention_fn`` signature around the checked blockwise core."""
 
     def attend(
         query: jax.Array,
@@ -202,37 +258,80 @@ def _blockwise_attention_fn(
         module: Any = None,
         is_causal: bool = False,
     ) -> jax.Array:
-        """``attention_fn(RoPE(query), RoPE(key), value, bias=<per tile>, ...)``."""
+        """``blockwise_attention(RoPE(query), RoPE(key), value, mask=mask, ...)``."""
         del dropout_rng, broadcast_dropout  # only meaningful with dropout
         if dropout_rate > 0.0 and not deterministic:
             raise ValueError(
-                "Attention with a bias function (blockwise) has no dropout, got "
+                "Blockwise attention has no dropout, got "
                 f"dropout_rate={dropout_rate} with deterministic=False. Hint: "
-                "dropout_rate=0.0, or a materialised bias array."
+                "dropout_rate=0.0, or positional_attention_fn with a bias array."
             )
         if module is not None:
             raise ValueError(
-                "Attention with a bias function (blockwise) forms no attention "
-                "weights to sow; use sow_weights=False."
+                "Blockwise attention forms no attention weights to sow; use "
+                "sow_weights=False."
             )
         if dtype is not None:
             query, key, value = (x.astype(dtype) for x in (query, key, value))
-        if rotate is not None:
-            query, key = rotate(query, key)
-        options: dict[str, Any] = {"mask": mask, "precision": precision}
-        if is_causal:
-            options["causal"] = True
-        return attention_fn(
+        query, key = _rotate(query, key, rotation)
+        checked = options._replace(causal=True) if is_causal else options
+        arrays = _blockwise.check_arrays(
             query,
             key,
             value,
-            q_positions=q_positions,
-            k_positions=k_positions,
             bias=bias,
-            **options,
+            causal=checked.causal,
+            q_positions=rotation.q_positions,
+            k_positions=rotation.k_positions,
+            q_segment_ids=segments[0],
+            k_segment_ids=segments[1],
+            mask=mask,
         )
+        return _blockwise.attention(query, key, value, arrays, bias, checked, precision)
 
     return attend
+
+
+class _Rotation(NamedTuple):
+    """RoPE of q and k (none without ``config``), with checked positions."""
+
+    config: RopeConfig | None
+    q_positions: jax.Array | None
+    k_positions: jax.Array | None
+    seq_len: SeqLen
+    k_seq_len: SeqLen
+
+
+def _check_rotation(
+    rope: Any, q_positions: Any, k_positions: Any, seq_len: Any, k_seq_len: Any
+) -> _Rotation:
+    """Checks the RoPE config and positions of both attention functions."""
+    if rope is not None:
+        check_rope_config("rope", rope, RopeConfig)
+        if q_positions is None:
+            raise ValueError("`q_positions` is required with `rope`.")
+    if q_positions is not None:
+        q_positions = check_integer_array("q_positions", q_positions)
+    if k_positions is not None:
+        k_positions = check_integer_array("k_positions", k_positions)
+    return _Rotation(rope, q_positions, k_positions, seq_len, k_seq_len)
+
+
+def _rotate(
+    query: jax.Array, key: jax.Array, rotation: _Rotation
+) -> tuple[jax.Array, jax.Array]:
+    """``(RoPE(query, q_positions), RoPE(key, k_positions))``, or both unchanged."""
+    if rotation.config is None or rotation.q_positions is None:
+        return query, key
+    return apply_rope_qk(
+        query,
+        key,
+        rotation.q_positions,
+        rotation.config,
+        k_positions=rotation.k_positions,
+        seq_len=rotation.seq_len,
+        k_seq_len=rotation.k_seq_len,
+    )
 
 
 @contextlib.contextmanager

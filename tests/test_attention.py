@@ -216,3 +216,54 @@ def test_positional_attention_fn_forwards_k_seq_len():
         q, k, q_positions, config, k_positions=k_positions, seq_len=12
     )  # q's length 12 for every key
     assert np.abs(np.asarray(shared - want_k)).max() > 1e-2  # the lengths matter
+
+
+def test_a_bias_function_is_refused_and_names_blockwise_attention_fn():
+    with pytest.raises(TypeError, match=r"got a bias function \(AlibiBias\)"):
+        fp.positional_attention_fn(bias=fp.AlibiBias(N), q_positions=POSITIONS)
+    with pytest.raises(TypeError, match=r"fp\.blockwise_attention_fn\(bias="):
+        fp.positional_attention_fn(bias=lambda q, k: q, q_positions=POSITIONS)
+
+
+BLOCKWISE = dict(bias=fp.AlibiBias(N), causal=True, block_q=4, block_k=3)
+
+
+def test_blockwise_attention_fn_in_linen_equals_blockwise_attention():
+    attention_fn = fp.blockwise_attention_fn(
+        rope=CONFIG, q_positions=POSITIONS, **BLOCKWISE
+    )
+    module = nn.MultiHeadDotProductAttention(num_heads=N, attention_fn=attention_fn)
+    variables = module.init(jax.random.key(1), X)
+    got = jax.jit(module.apply)(variables, X)
+
+    params = variables["params"]
+    q, k, v = projections(params)
+    q, k = fp.apply_rope_qk(q, k, POSITIONS, CONFIG)
+    attended = fp.blockwise_attention(q, k, v, q_positions=POSITIONS, **BLOCKWISE)
+    np.testing.assert_allclose(got, output(params, attended), atol=1e-5, rtol=1e-5)
+
+
+def test_blockwise_attention_fn_in_nnx_equals_blockwise_attention():
+    """T5 buckets per tile, Flax's causal mask sliced per tile."""
+    table = jax.random.normal(jax.random.key(9), (32, N))
+    bias = fp.RelativeBias(table, bidirectional=False)
+    module = nnx.MultiHeadAttention(
+        num_heads=N, in_features=D, decode=False, rngs=nnx.Rngs(0)
+    )
+    mask = nnx.make_causal_mask(jnp.ones((B, L)))
+    attention_fn = fp.blockwise_attention_fn(
+        bias=bias, q_positions=POSITIONS, block_q=3, block_k=4
+    )
+    with fp.attention_fn_override(module, attention_fn):
+        got = module(X, mask=mask)
+
+    layers = {name: getattr(module, name) for name in ("query", "key", "value", "out")}
+    params = {
+        name: {"kernel": layer.kernel[...], "bias": layer.bias[...]}
+        for name, layer in layers.items()
+    }
+    q, k, v = projections(params)
+    attended = fp.blockwise_attention(
+        q, k, v, q_positions=POSITIONS, bias=bias, mask=mask, block_q=3, block_k=4
+    )
+    np.testing.assert_allclose(got, output(params, attended), atol=1e-5, rtol=1e-5)

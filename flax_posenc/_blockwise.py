@@ -1,0 +1,483 @@
+"""Blockwise attention's checks and unchecked core (see :mod:`flax_posenc.blockwise`).
+
+Both entry points, :func:`flax_posenc.blockwise_attention` and the Flax-signature
+:func:`flax_posenc.blockwise_attention_fn`, check their arguments with
+:func:`check_options` and :func:`check_arrays`, then call :func:`attention`:
+:func:`prepare` turns the checked inputs into a :class:`Blocks` record (flattened
+batch, grouped heads, int32 rows, normalised mask, block sizes, scale), and
+:func:`online_softmax` walks query blocks and, inside each, key blocks. Every tile
+helper takes the record or its arrays as arguments.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flax_posenc._validation import (
+    check_bool,
+    check_broadcastable,
+    check_float_array,
+    check_integer_array,
+    check_positions,
+    check_positive_float,
+    check_positive_int,
+    obeys_positions_rule,
+)
+
+Bias = Callable[[jax.Array, jax.Array], jax.Array]
+
+
+class Options(NamedTuple):
+    """Checked options that do not depend on the shapes of q/k/v."""
+
+    causal: bool
+    scale: float | None  # None: 1 / sqrt(H)
+    block_q: int
+    block_k: int
+
+
+class Arrays(NamedTuple):
+    """Checked position-like arguments, as given (not yet normalised)."""
+
+    q_positions: jax.Array | None
+    k_positions: jax.Array | None  # None with q_positions: q's
+    q_segment_ids: jax.Array | None
+    k_segment_ids: jax.Array | None  # None with q_segment_ids: q's
+    mask: Any  # broadcastable to [..., N, L, S]
+
+
+class Blocks(NamedTuple):
+    """Everything the kernel reads, normalised; ``B`` is the flattened batch."""
+
+    q: jax.Array  # [B, L, K, G, H]
+    k: jax.Array  # [B, S, K, H]
+    v: jax.Array  # [B, S, K, Hv]
+    q_positions: jax.Array | None  # int32 [B or 1, L]
+    k_positions: jax.Array | None  # int32 [B or 1, S]
+    q_segment_ids: jax.Array | None  # int32 [B or 1, L]
+    k_segment_ids: jax.Array | None  # int32 [B or 1, S]
+    mask: jax.Array | None  # [B or 1, N or 1, L or 1, S or 1]
+    causal: bool
+    scale: float
+    block_q: int  # <= L
+    block_k: int  # <= S
+    batch_shape: tuple[int, ...]  # the leading axes of the inputs
+
+
+class Tile(NamedTuple):
+    """One ``[block_q, block_k]`` tile: the operands of one online-softmax step."""
+
+    q_block: jax.Array  # [B, block_q, K, G, H]
+    k_block: jax.Array  # [B, block_k, K, H]
+    v_block: jax.Array  # [B, block_k, K, Hv]
+    q_start: jax.Array
+    k_start: jax.Array
+    keep: jax.Array | None  # bool [B or 1, K or 1, G or 1, block_q, block_k]
+
+
+def check_options(
+    *, bias: Any, causal: Any, scale: Any, block_q: Any, block_k: Any
+) -> Options:
+    """Checks the shape-free options and that ``bias`` is a function (or None)."""
+    causal = check_bool("causal", causal)
+    block_q = check_positive_int("block_q", block_q)
+    block_k = check_positive_int("block_k", block_k)
+    if scale is not None:
+        scale = check_positive_float("scale", scale)
+    if bias is not None and not callable(bias):
+        raise TypeError(
+            "`bias` must be a function of (q_positions, k_positions), e.g. "
+            f"fp.AlibiBias(num_heads), got {type(bias).__name__}. Hint: pass a "
+            "materialised [B, N, L, S] array to positional_attention_fn instead."
+        )
+    return Options(causal, scale, block_q, block_k)
+
+
+def check_arrays(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    bias: Bias | None,
+    causal: bool,
+    q_positions: Any,
+    k_positions: Any,
+    q_segment_ids: Any,
+    k_segment_ids: Any,
+    mask: Any,
+) -> Arrays:
+    """Checks q/k/v and, against their shapes, the bias heads, positions, segment
+    ids and mask."""
+    heads = _check_qkv(q, k, v)
+    bias_heads = getattr(bias, "num_heads", heads)
+    if bias is not None and bias_heads != heads:
+        raise ValueError(
+            f"`bias` has {bias_heads} heads, q has N = {heads}; they must match."
+        )
+    if (bias is not None or causal) and q_positions is None:
+        raise ValueError("`q_positions` is required with `bias` or `causal=True`.")
+    if q_positions is not None:
+        q_positions = check_positions(
+            "q_positions", q_positions, "q.shape[:-2]", q.shape[:-2]
+        )
+        if k_positions is None:
+            check_positions(
+                "q_positions (also k's, as k_positions is None)",
+                q_positions,
+                "k.shape[:-2]",
+                k.shape[:-2],
+            )
+        else:
+            k_positions = check_positions(
+                "k_positions", k_positions, "k.shape[:-2]", k.shape[:-2]
+            )
+    elif k_positions is not None:
+        raise ValueError("`k_positions` needs `q_positions`.")
+    if q_segment_ids is not None:
+        q_segment_ids = _check_segment_ids("q_segment_ids", q_segment_ids, q.shape[:-2])
+        if k_segment_ids is not None:
+            k_segment_ids = _check_segment_ids(
+                "k_segment_ids", k_segment_ids, k.shape[:-2]
+            )
+        elif k.shape[-3] != q.shape[-3]:
+            raise ValueError(
+                f"`k_segment_ids` is required when S ({k.shape[-3]}) != L "
+                f"({q.shape[-3]})."
+            )
+    elif k_segment_ids is not None:
+        raise ValueError("`k_segment_ids` needs `q_segment_ids`.")
+    if mask is not None:
+        _check_mask(mask, q.shape[:-3] + (heads, q.shape[-3], k.shape[-3]))
+    return Arrays(q_positions, k_positions, q_segment_ids, k_segment_ids, mask)
+
+
+def attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    arrays: Arrays,
+    bias: Bias | None,
+    options: Options,
+    precision: Any,
+) -> jax.Array:
+    """Blockwise attention of checked inputs, ``[..., L, N, Hv]`` in q's dtype."""
+    return online_softmax(prepare(q, k, v, arrays, options), bias, precision)
+
+
+def prepare(
+    q: jax.Array, k: jax.Array, v: jax.Array, arrays: Arrays, options: Options
+) -> Blocks:
+    """The kernel's record: flattened batch, ``N = K * G`` heads grouped, int32 rows
+    of positions and segment ids, the mask as ``[B or 1, N or 1, L or 1, S or 1]``,
+    block sizes at most the lengths, the default scale."""
+    batch_shape = q.shape[:-3]
+    batch = math.prod(batch_shape)
+    length, heads, head_dim = q.shape[-3:]
+    keys, kv_heads = k.shape[-3:-1]
+    qp = kp = qs = ks = mask = None
+    if arrays.q_positions is not None:
+        qp = _rows(arrays.q_positions, batch_shape)
+        k_positions = arrays.k_positions
+        kp = qp if k_positions is None else _rows(k_positions, batch_shape)
+    if arrays.q_segment_ids is not None:
+        qs = _rows(arrays.q_segment_ids, batch_shape)
+        k_segment_ids = arrays.k_segment_ids
+        ks = qs if k_segment_ids is None else _rows(k_segment_ids, batch_shape)
+    if arrays.mask is not None:
+        mask = _normalise_mask(arrays.mask, batch_shape)
+    scale = 1.0 / math.sqrt(head_dim) if options.scale is None else options.scale
+    return Blocks(
+        q=q.reshape(batch, length, kv_heads, heads // kv_heads, head_dim),
+        k=k.reshape(batch, keys, kv_heads, head_dim),
+        v=v.reshape(batch, keys, kv_heads, v.shape[-1]),
+        q_positions=qp,
+        k_positions=kp,
+        q_segment_ids=qs,
+        k_segment_ids=ks,
+        mask=mask,
+        causal=options.causal,
+        scale=scale,
+        block_q=min(options.block_q, length),
+        block_k=min(options.block_k, keys),
+        batch_shape=batch_shape,
+    )
+
+
+def online_softmax(blocks: Blocks, bias: Bias | None, precision: Any) -> jax.Array:
+    """The kernel: a rematerialised map over query blocks; ``[..., L, N, Hv]``."""
+    batch, length, kv_heads, groups, _ = blocks.q.shape
+    heads, value_dim, block_q = kv_heads * groups, blocks.v.shape[-1], blocks.block_q
+    # The last block starts at L - block_q, overlapping the one before it.
+    q_starts = np.minimum(
+        np.arange(0, length, block_q, dtype=np.int32), length - block_q
+    )
+    attend = functools.partial(_attend_q_block, blocks, bias, precision)
+    out = jax.lax.map(jax.checkpoint(attend, prevent_cse=False), jnp.asarray(q_starts))
+    out = jnp.moveaxis(out, 0, 1)  # [B, num_q_blocks, block_q, N, Hv]
+    out = out.reshape(batch, len(q_starts) * block_q, heads, value_dim)
+    if length % block_q:
+        overlap = len(q_starts) * block_q - length
+        last = out[:, (len(q_starts) - 1) * block_q + overlap :]
+        out = jnp.concatenate([out[:, : (len(q_starts) - 1) * block_q], last], axis=1)
+    return out.reshape(*blocks.batch_shape, length, heads, value_dim)
+
+
+def _attend_q_block(
+    blocks: Blocks, bias: Bias | None, precision: Any, q_start: jax.Array
+) -> jax.Array:
+    """``[B, block_q, N, Hv]``: a rematerialised scan over the key blocks."""
+    batch, _, kv_heads, groups, _ = blocks.q.shape
+    keys, value_dim, block_q = blocks.k.shape[1], blocks.v.shape[-1], blocks.block_q
+    q_block = jax.lax.dynamic_slice_in_dim(blocks.q, q_start, block_q, axis=1)
+    step = functools.partial(_k_step, blocks, bias, precision, q_start, q_block)
+    stats_shape = (batch, kv_heads, groups, block_q)
+    init = (
+        jnp.full(stats_shape, -jnp.inf, jnp.float32),
+        jnp.zeros(stats_shape, jnp.float32),
+        jnp.zeros((*stats_shape, value_dim), jnp.float32),
+    )
+    (_, denominator, acc), _ = jax.lax.scan(
+        jax.checkpoint(step, prevent_cse=False),
+        init,
+        jnp.arange(-(-keys // blocks.block_k), dtype=jnp.int32),
+    )
+    safe = jnp.where(denominator == 0.0, 1.0, denominator)  # fully masked rows
+    out = (acc / safe[..., None]).astype(blocks.q.dtype)  # [B, K, G, block_q, Hv]
+    return jnp.moveaxis(out, 3, 1).reshape(batch, block_q, kv_heads * groups, value_dim)
+
+
+def _k_step(
+    blocks: Blocks,
+    bias: Bias | None,
+    precision: Any,
+    q_start: jax.Array,
+    q_block: jax.Array,
+    carry: tuple[jax.Array, jax.Array, jax.Array],
+    k_index: jax.Array,
+) -> tuple[tuple[jax.Array, jax.Array, jax.Array], None]:
+    """The scan body: slices key block ``k_index`` and updates the statistics."""
+    block_k = blocks.block_k
+    k_start = jnp.minimum(k_index * block_k, blocks.k.shape[1] - block_k)
+    keep = _allowed_pairs(blocks, q_start, k_start, k_index)
+    # Sliced outside the cond: their cotangents stay block-sized inside it.
+    k_block = jax.lax.dynamic_slice_in_dim(blocks.k, k_start, block_k, axis=1)
+    v_block = jax.lax.dynamic_slice_in_dim(blocks.v, k_start, block_k, axis=1)
+    tile = Tile(q_block, k_block, v_block, q_start, k_start, keep)
+    update = functools.partial(
+        _update, bias, blocks.q_positions, blocks.k_positions, blocks.scale, precision
+    )
+    if keep is None:
+        return update(carry, tile), None
+    # Tiles where every pair is masked (half of them, causal) are skipped.
+    skip = lambda carry, _: carry
+    return jax.lax.cond(jnp.any(keep), update, skip, carry, tile), None
+
+
+def _allowed_pairs(
+    blocks: Blocks, q_start: jax.Array, k_start: jax.Array, k_index: jax.Array
+) -> jax.Array | None:
+    """bool ``[B or 1, K or 1, G or 1, block_q, block_k]``, or None for all."""
+    block_q, block_k = blocks.block_q, blocks.block_k
+    qp, kp = blocks.q_positions, blocks.k_positions
+    qs, ks = blocks.q_segment_ids, blocks.k_segment_ids
+    terms = []
+    if blocks.k.shape[1] % block_k:  # the last block overlaps the one before it
+        index = k_start + jnp.arange(block_k, dtype=jnp.int32)
+        terms.append((index >= k_index * block_k)[None, None, None, None, :])
+    if blocks.causal and qp is not None and kp is not None:
+        q_pos = jax.lax.dynamic_slice_in_dim(qp, q_start, block_q, axis=1)
+        k_pos = jax.lax.dynamic_slice_in_dim(kp, k_start, block_k, axis=1)
+        terms.append(_pairs(k_pos, q_pos, jnp.less_equal))
+    if qs is not None and ks is not None:
+        q_seg = jax.lax.dynamic_slice_in_dim(qs, q_start, block_q, axis=1)
+        k_seg = jax.lax.dynamic_slice_in_dim(ks, k_start, block_k, axis=1)
+        terms.append(_pairs(k_seg, q_seg, jnp.equal))
+    if blocks.mask is not None:
+        groups = blocks.q.shape[3]
+        terms.append(
+            _mask_tile(blocks.mask, q_start, block_q, k_start, block_k, groups)
+        )
+    if not terms:
+        return None
+    keep = terms[0]
+    for term in terms[1:]:
+        keep = keep & term
+    return keep
+
+
+def _update(
+    bias: Bias | None,
+    q_positions: jax.Array | None,
+    k_positions: jax.Array | None,
+    scale: float,
+    precision: Any,
+    carry: tuple[jax.Array, jax.Array, jax.Array],
+    tile: Tile,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """One online-softmax step over the keys ``[k_start, k_start + block_k)``."""
+    row_max, denominator, acc = carry
+    logits = jnp.einsum(
+        "blkgh,bskh->bkgls",
+        tile.q_block,
+        tile.k_block,
+        precision=precision,
+        preferred_element_type=jnp.float32,
+    )
+    logits = logits * jnp.float32(scale)
+    if bias is not None and q_positions is not None and k_positions is not None:
+        rows, cols = tile.q_block.shape[1], tile.k_block.shape[1]
+        q_pos = jax.lax.dynamic_slice_in_dim(q_positions, tile.q_start, rows, axis=1)
+        k_pos = jax.lax.dynamic_slice_in_dim(k_positions, tile.k_start, cols, axis=1)
+        logits = logits + _bias_tile(bias, q_pos, k_pos, logits.shape)
+    if tile.keep is not None:
+        logits = jnp.where(tile.keep, logits, -jnp.inf)
+    new_max = jax.lax.stop_gradient(jnp.maximum(row_max, logits.max(-1)))
+    # A row masked so far has max -inf: subtract 0 instead (exp(-inf) = 0).
+    shift = jnp.where(new_max == -jnp.inf, 0.0, new_max)
+    probs = jnp.exp(logits - shift[..., None])
+    correction = jnp.exp(row_max - shift)
+    weighted = jnp.einsum(
+        "bkgls,bskh->bkglh",
+        probs.astype(tile.v_block.dtype),
+        tile.v_block,
+        precision=precision,
+        preferred_element_type=jnp.float32,
+    )
+    denominator = denominator * correction + probs.sum(-1)
+    return new_max, denominator, acc * correction[..., None] + weighted
+
+
+def _check_qkv(q: Any, k: Any, v: Any) -> int:
+    """Validates q/k/v; returns q's number of heads ``N``."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_float_array(name, x)
+    if q.ndim < 3 or k.ndim != q.ndim or v.ndim != q.ndim:
+        raise ValueError(
+            "`q`, `k`, `v` must be [..., L, N, H], [..., S, K, H], [..., S, K, Hv] "
+            f"of one rank >= 3, got shapes {q.shape}, {k.shape}, {v.shape}."
+        )
+    length, heads, head_dim = q.shape[-3:]
+    keys, kv_heads = k.shape[-3:-1]
+    if (
+        k.shape[:-3] != q.shape[:-3]
+        or v.shape[:-3] != q.shape[:-3]
+        or v.shape[-3:-1] != (keys, kv_heads)
+        or k.shape[-1] != head_dim
+    ):
+        raise ValueError(
+            "`q`, `k`, `v` must be [..., L, N, H], [..., S, K, H], [..., S, K, Hv] "
+            f"with the same leading axes, got shapes {q.shape}, {k.shape}, {v.shape}."
+        )
+    if length == 0 or keys == 0:
+        raise ValueError(f"`q` and `k` need L, S >= 1, got L = {length}, S = {keys}.")
+    if kv_heads == 0 or heads % kv_heads:
+        raise ValueError(
+            f"q's heads N = {heads} must be a multiple of k/v's heads K = {kv_heads} "
+            "(grouped-query attention)."
+        )
+    return heads
+
+
+def _check_segment_ids(name: str, ids: Any, target: tuple[int, ...]) -> jax.Array:
+    ids = check_integer_array(name, ids)
+    if not obeys_positions_rule(tuple(ids.shape), tuple(target)):
+        raise ValueError(
+            f"`{name}` must be [..., {target[-1]}], one id per token, with leading "
+            f"axes that broadcast to {tuple(target[:-1])}; got shape {ids.shape}."
+        )
+    return ids
+
+
+def _check_mask(mask: Any, logits_shape: tuple[int, ...]) -> None:
+    """Raises unless ``mask`` is bool or numeric and broadcasts to the logits."""
+    dtype = getattr(mask, "dtype", None)
+    if dtype is None or not (
+        dtype == jnp.bool_
+        or jnp.issubdtype(dtype, jnp.integer)
+        or jnp.issubdtype(dtype, jnp.floating)
+    ):
+        raise TypeError(
+            "`mask` must be a bool or 0/1 numeric array (non-zero: attend), got "
+            f"{type(mask).__name__} of dtype {dtype}."
+        )
+    check_broadcastable("mask", mask.shape, "[..., N, L, S]", logits_shape)
+
+
+def _rows(x: jax.Array, batch_shape: tuple[int, ...]) -> jax.Array:
+    """int32 ``[1, n]`` if shared by the batch, else ``[..., n]`` as ``[B, n]``."""
+    x = x.astype(jnp.int32)
+    n = x.shape[-1]
+    if all(d == 1 for d in x.shape[:-1]):
+        return x.reshape(1, n)
+    x = x.reshape((1,) * (len(batch_shape) + 1 - x.ndim) + x.shape)
+    return jnp.broadcast_to(x, batch_shape + (n,)).reshape(-1, n)
+
+
+def _normalise_mask(mask: Any, batch_shape: tuple[int, ...]) -> jax.Array:
+    """``[B or 1, N or 1, L or 1, S or 1]`` from a checked mask."""
+    mask = jnp.asarray(mask)
+    mask = mask.reshape((1,) * (len(batch_shape) + 3 - mask.ndim) + mask.shape)
+    if all(d == 1 for d in mask.shape[:-3]):
+        return mask.reshape(1, *mask.shape[-3:])
+    mask = jnp.broadcast_to(mask, batch_shape + mask.shape[-3:])
+    return mask.reshape(-1, *mask.shape[-3:])
+
+
+def _pairs(k_values: jax.Array, q_values: jax.Array, op: Callable) -> jax.Array:
+    """bool ``[B, 1, 1, l, s]``: ``op(k_values[j], q_values[i])`` per pair."""
+    pairs = op(k_values[:, None, :], q_values[:, :, None])
+    return pairs[:, None, None]
+
+
+def _mask_tile(
+    mask: jax.Array,
+    q_start: jax.Array,
+    block_q: int,
+    k_start: jax.Array,
+    block_k: int,
+    groups: int,
+) -> jax.Array:
+    """The bool ``[B or 1, K or 1, G or 1, l or 1, s or 1]`` tile of a normalised
+    mask."""
+    if mask.shape[2] != 1:
+        mask = jax.lax.dynamic_slice_in_dim(mask, q_start, block_q, axis=2)
+    if mask.shape[3] != 1:
+        mask = jax.lax.dynamic_slice_in_dim(mask, k_start, block_k, axis=3)
+    mask = mask != 0  # Flax's masks are float 0/1
+    mask_heads = mask.shape[1]
+    if mask_heads == 1:
+        return mask[:, :, None]
+    return mask.reshape(mask.shape[0], mask_heads // groups, groups, *mask.shape[2:])
+
+
+def _bias_tile(
+    bias: Bias,
+    q_positions: jax.Array,
+    k_positions: jax.Array,
+    logits_shape: tuple[int, ...],
+) -> jax.Array:
+    """``bias`` of one tile, checked and shaped like the logits ``[B, K, G, l, s]``."""
+    batch, kv_heads, groups, rows, cols = logits_shape
+    tile = bias(q_positions, k_positions)
+    shape = tuple(getattr(tile, "shape", ()))
+    want = (kv_heads * groups, rows, cols)
+    if (
+        len(shape) < 3
+        or shape[-3:] != want
+        or len(shape) > 4
+        or (len(shape) == 4 and shape[0] not in (1, batch))
+    ):
+        raise ValueError(
+            f"`bias` must return [B, N, l, s] or [N, l, s] = {want} for positions "
+            f"[B, {rows}] and [B, {cols}], got shape {shape}."
+        )
+    check_float_array("bias(q_positions, k_positions)", tile)
+    tile = tile.reshape(-1, kv_heads, groups, rows, cols)
+    return tile.astype(jnp.float32)
