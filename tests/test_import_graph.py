@@ -21,6 +21,7 @@ LAYERS = {
     "flax_posenc.nnx": 3,
     "flax_posenc.attention": 3,
     "flax_posenc.blockwise": 3,
+    "flax_posenc._blockwise": 3,
     "flax_posenc._embed": 3,
     "flax_posenc.testing": 4,
 }
