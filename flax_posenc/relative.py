@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flax_posenc import _cpu
 from flax_posenc._gather import take_rows
 from flax_posenc._validation import check_integer_array, check_positive_int
 from flax_posenc.positions import relative_positions
@@ -50,7 +51,7 @@ def _distance_buckets(buckets: int, max_distance: int) -> np.ndarray:
     return np.where(distance < max_exact, distance, large).astype(np.int32)
 
 
-_MAX_COMPARES = 32  # past this many log buckets, one table lookup is cheaper
+_MAX_COMPARES = 32  # past this many log buckets, CPU keeps the table lookup too
 
 
 def _bucket_thresholds(table: np.ndarray, max_exact: int) -> list[np.int32]:
@@ -142,17 +143,18 @@ def relative_position_bucket(
         distance = jnp.maximum(-relative_position, 0)
     table = _distance_buckets(buckets, max_distance)
     thresholds = _bucket_thresholds(table, buckets // 2)
-    if len(thresholds) <= _MAX_COMPARES:
-        # bucket(d) = min(d, b // 2) + #{thresholds <= d}: elementwise compares that
-        # vectorise, where a lookup is a dependent gather per element (on XLA:CPU it
-        # doubled the cost of relative_position_bias). Exact: the thresholds are
-        # read off the same host table.
-        bucket = jnp.minimum(distance, jnp.int32(buckets // 2))
-        for first_distance in thresholds:
-            bucket = bucket + (distance >= first_distance).astype(jnp.int32)
-    else:
+
+    def lookup(distance: jax.Array) -> jax.Array:  # the reference
         # In bounds by construction: 0 <= min(distance, max_distance) <= max_distance.
-        bucket = take_rows(jnp.asarray(table), jnp.minimum(distance, max_distance))
+        return take_rows(jnp.asarray(table), jnp.minimum(distance, max_distance))
+
+    if len(thresholds) <= _MAX_COMPARES:
+        # On CPU: min(d, b // 2) + #{thresholds <= d}, the same buckets by compares.
+        bucket = _cpu.on_cpu(
+            lambda d: _cpu.t5_buckets(d, buckets // 2, thresholds), lookup, distance
+        )
+    else:
+        bucket = lookup(distance)
     return (offset + bucket).astype(jnp.int32)
 
 

@@ -316,7 +316,7 @@ def _unit_cos_sin(
                 )
             seq_len = jnp.broadcast_to(seq_len, positions.shape)
         inv_freq, attention_scaling = rope_frequencies(config, seq_len=seq_len)
-        # XLA's sin/cos, or on CPU a vectorised polynomial
+        # XLA's sin/cos, or on CPU a vectorised polynomial (flax_posenc._cpu)
         sin, cos = sin_cos(position_angles(positions, inv_freq))
     scale = jnp.asarray(attention_scaling, jnp.float32)
     scale = scale.reshape(scale.shape + (1,) * (sin.ndim - scale.ndim))
@@ -406,8 +406,7 @@ def _rotate_shifted(
       ``P[i]`` and ``P[i + d]`` are zero pads of its slices, read in the loop like the
       partners. It is built by a concatenate (the stack), which XLA keeps out of the
       loop over x: cos/sin are materialised once per position, not recomputed for
-      every head and feature. (A table pre-padded to ``H + 2d`` was twice the bytes
-      and, for ``[B, L]`` positions, up to 1.8x slower.)
+      every head and feature (a table pre-padded to ``H + 2d`` is twice the bytes).
     * ``x_up[i] = x[i + d]`` (for ``i < R - d``) and ``x_down[i] = x[i - d]`` (for
       ``d <= i < R``) are zero pads of slices of the rotary features only: bounds at
       the rotary edge keep the partial-rotary loop vectorised (bounds at ``H`` made
@@ -416,7 +415,9 @@ def _rotate_shifted(
       P[i - d] + x[i - d] P[i]`` for the second (``a cos - b sin``, ``b cos + a sin``);
       features past ``R`` pass through. float32, rounded once; a bfloat16 x is
       widened and rounded by bit operations on CPU (:mod:`flax_posenc._bfloat16`:
-      the same bits as ``astype``, 5-10% faster there).
+      the same bits as ``astype``).
+
+    Timings of these choices on XLA:CPU: ``benchmarks/README.md``.
     """
     half = cos.shape[-1]
     rotary_dim, head_dim = 2 * half, x.shape[-1]
@@ -453,7 +454,7 @@ def _rotate_pairs(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
 
     * 16-bit x: ``even = x[2j]`` and ``odd = x[2j + 1]`` (strided slices of the view),
       and the two results stacked back: bfloat16 loads stay vector loads plus shuffles
-      (the ``rev`` form below is 3x slower in bfloat16).
+      (the ``rev`` form below is slower in bfloat16).
     * wider x: ``swapped[j, b] = x[2j + 1 - b]`` (a ``rev`` of the pair axis) and
       ``out = x * (c_j, c_j) + swapped * (-s_j, s_j)``: one read of x per output.
     """

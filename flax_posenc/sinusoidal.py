@@ -34,9 +34,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
+from flax_posenc import _cpu
 from flax_posenc._angles import position_angles
 from flax_posenc._exact_angles import ANGLE_PRECISIONS, AnglePrecision, exact_sin_cos
-from flax_posenc._sincos import sin_quarter_turns_cpu
 from flax_posenc._validation import (
     check_choice,
     check_float_dtype,
@@ -171,17 +171,22 @@ def sinusoidal_encoding(
         sin, _ = exact_sin_cos(positions, freq, quarter_turns=turns)
         return sin.astype(dtype)
     inv_freq = sinusoidal_inv_freq(dim, base=base, spacing=spacing)
-    return jax.lax.platform_dependent(
+    freq, turns = _feature_rows(inv_freq, dim, layout)
+    return _cpu.on_cpu(
+        lambda p: _cpu.sinusoidal_rows(p, freq, turns).astype(dtype),
+        lambda p: _encoding(p, inv_freq, dim, layout).astype(dtype),
         positions,
-        cpu=lambda p: _encoding_cpu(p, inv_freq, dim, layout).astype(dtype),
-        default=lambda p: _encoding(p, inv_freq, dim, layout).astype(dtype),
     )
 
 
 def _encoding(
     positions: jax.Array, inv_freq: np.ndarray, dim: int, layout: SinusoidalLayout
 ) -> jax.Array:
-    """float32 ``[..., D]``: sin and cos of the ``D // 2`` angles, laid out."""
+    """float32 ``[..., D]``: sin and cos of the ``D // 2`` angles, laid out.
+
+    The reference form, which every backend but CPU runs; CPU runs
+    :func:`flax_posenc._cpu.sinusoidal_rows` of the :func:`_feature_rows`.
+    """
     angles = position_angles(positions, jnp.asarray(inv_freq))
     sin, cos = jnp.sin(angles), jnp.cos(angles)
     if layout == "interleaved":
@@ -209,21 +214,6 @@ def _feature_rows(
         freq = np.concatenate([inv_freq, inv_freq])
         turns = np.repeat(np.array([0, 1], np.int32), half)
     return np.pad(freq, (0, dim % 2)), np.pad(turns, (0, dim % 2))
-
-
-def _encoding_cpu(
-    positions: jax.Array, inv_freq: np.ndarray, dim: int, layout: SinusoidalLayout
-) -> jax.Array:
-    """:func:`_encoding` as one elementwise pass over ``[..., D]``, for XLA:CPU.
-
-    The rows of :func:`_feature_rows`: the same float32 angles as :func:`_encoding`,
-    and no stack or concatenate, which XLA:CPU would not fuse into the write.
-    """
-    freq, turns = _feature_rows(inv_freq, dim, layout)
-    turns = turns.reshape((1,) * positions.ndim + (dim,))
-    return sin_quarter_turns_cpu(
-        position_angles(positions, jnp.asarray(freq)), jnp.asarray(turns)
-    )
 
 
 def sinusoidal_table(

@@ -1,6 +1,7 @@
-"""The CPU bfloat16 <-> float32 conversions of the rotation equal XLA's ``convert``
-bit for bit: every bfloat16 value widened, and float32 values narrowed at the
-rounding boundaries (ties, one ulp either side), specials and random bits."""
+"""Both forms of the bfloat16 <-> float32 conversions of the rotation (the CPU bit
+operations and the ``astype`` every accelerator runs) equal XLA's ``convert`` bit for
+bit: every bfloat16 value widened, and float32 values narrowed at the rounding
+boundaries (ties, one ulp either side), specials and random bits."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from branches import BRANCHES, run_branch
 
 from flax_posenc._bfloat16 import narrow, widen
 
@@ -18,11 +20,12 @@ def _bits(x: jax.Array, dtype) -> np.ndarray:
     return np.asarray(jax.lax.bitcast_convert_type(x, dtype))
 
 
-def test_widen_is_exact_for_every_bfloat16_value():
+@pytest.mark.parametrize("branch", BRANCHES)
+def test_widen_is_exact_for_every_bfloat16_value(branch):
     x = jax.lax.bitcast_convert_type(
         jnp.asarray(ALL_BF16_BITS.astype(np.uint16)), jnp.bfloat16
     )
-    got, want = jax.jit(widen)(x), x.astype(jnp.float32)
+    got, want = run_branch(widen, x, branch=branch), x.astype(jnp.float32)
     assert got.dtype == jnp.float32
     nan = np.isnan(np.asarray(want))
     np.testing.assert_array_equal(
@@ -54,14 +57,16 @@ SPECIALS = np.array(
 RANDOM = np.random.default_rng(0).integers(0, 2**32, 200_000, dtype=np.uint64)
 
 
+@pytest.mark.parametrize("branch", BRANCHES)
 @pytest.mark.parametrize(
     "bits",
     [BOUNDARIES, SPECIALS, RANDOM.astype(np.uint32)],
     ids=["boundaries", "specials", "random"],
 )
-def test_narrow_rounds_like_xla(bits):
+def test_narrow_rounds_like_xla(bits, branch):
     y = jax.lax.bitcast_convert_type(jnp.asarray(bits), jnp.float32)
-    got, want = jax.jit(lambda y: narrow(y, jnp.bfloat16))(y), y.astype(jnp.bfloat16)
+    got = run_branch(lambda y: narrow(y, jnp.bfloat16), y, branch=branch)
+    want = y.astype(jnp.bfloat16)
     assert got.dtype == jnp.bfloat16
     nan = np.isnan(np.asarray(y))
     np.testing.assert_array_equal(
@@ -78,16 +83,21 @@ def test_other_dtypes_use_astype(dtype):
     np.testing.assert_array_equal(narrow(y, dtype), y.astype(dtype))
 
 
-def test_gradients_flow_as_through_astype():
+@pytest.mark.parametrize("branch", BRANCHES)
+def test_gradients_flow_as_through_astype(branch):
     """The bit operations have no derivative of their own: the casts' is used."""
     x = jnp.asarray([0.5, -2.0, 3.0], jnp.bfloat16)
 
     def loss(convert):
         return lambda x: (convert(x) ** 2).sum()
 
-    got = jax.grad(
-        loss(lambda x: narrow(widen(x) * 3.0, jnp.bfloat16).astype(jnp.float32))
-    )(x)
+    got = run_branch(
+        jax.grad(
+            loss(lambda x: narrow(widen(x) * 3.0, jnp.bfloat16).astype(jnp.float32))
+        ),
+        x,
+        branch=branch,
+    )
     want = jax.grad(
         loss(
             lambda x: (

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import rope_reference as ref
+from branches import BRANCHES, run_branch
 from hypothesis import given
 from hypothesis import strategies as st
 from jax_compat import enable_x64
@@ -82,14 +83,17 @@ CASES = [(family, None) for family in ref.FAMILIES] + [
 ]
 
 
+@pytest.mark.parametrize("branch", BRANCHES)
 @pytest.mark.parametrize(("family", "seq_len"), CASES)
-def test_cos_sin_within_1e6_of_the_truth_at_any_int32_position(family, seq_len):
+def test_cos_sin_within_1e6_of_the_truth_at_any_int32_position(family, seq_len, branch):
     config = _exact(ref.make_config(family, head_dim=64, original=ref.ORIGINAL))
     if config.depends_on_seq_len and seq_len is None:
         seq_len = 3 * ref.ORIGINAL
     inv_freq, attention = ref.frequencies(config, seq_len)
-    cos, sin = jax.jit(lambda p: fp.rope_cos_sin(p, config, seq_len=seq_len))(
-        jnp.asarray(POSITIONS)
+    cos, sin = run_branch(
+        lambda p: fp.rope_cos_sin(p, config, seq_len=seq_len),
+        jnp.asarray(POSITIONS),
+        branch=branch,
     )
     true_sin, true_cos = true_sin_cos(POSITIONS, inv_freq)
     for got, truth in ((cos, true_cos), (sin, true_sin)):
@@ -121,24 +125,31 @@ def test_error_figures_of_the_docs(position, float32_at_least):
     assert errors["exact"] <= 3e-7, errors
 
 
-def test_bfloat16_q_at_1e7_within_bfloat16_rounding():
-    config = fp.RopeConfig(head_dim=64, theta=1e6)
+@pytest.mark.parametrize("branch", BRANCHES)
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+def test_bfloat16_q_at_1e7_within_bfloat16_rounding(layout, branch):
+    config = fp.RopeConfig(head_dim=64, theta=1e6, layout=layout)
     x = jax.random.normal(jax.random.key(0), (2, 8, 3, 64), jnp.float32)
     x = x.astype(jnp.bfloat16)
     positions = 10**7 + jnp.arange(8)
     inv_freq, attention = ref.frequencies(config)
-    truth, _ = ref.rope(x, positions, inv_freq, attention, "half")
+    truth, _ = ref.rope(x, positions, inv_freq, attention, layout)
     allowed = 2.0**-8 * np.abs(truth) + 1e-6  # half an ulp of bfloat16, and float32
-    exact = jax.jit(lambda x, p: fp.apply_rope(x, p, _exact(config)))(x, positions)
+    exact = run_branch(
+        lambda x, p: fp.apply_rope(x, p, _exact(config)), x, positions, branch=branch
+    )
     assert exact.dtype == jnp.bfloat16
     assert np.all(np.abs(np.asarray(exact, np.float64) - truth) <= allowed)
-    rounded = jax.jit(lambda x, p: fp.apply_rope(x, p, config))(x, positions)
+    rounded = run_branch(
+        lambda x, p: fp.apply_rope(x, p, config), x, positions, branch=branch
+    )
     assert np.mean(np.abs(np.asarray(rounded, np.float64) - truth) > allowed) > 0.1
 
 
+@pytest.mark.parametrize("branch", BRANCHES)
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
 @pytest.mark.parametrize(("dim", "spacing"), [(64, "paper"), (33, "tensor2tensor")])
-def test_sinusoidal_within_1e6_of_the_truth(layout, dim, spacing):
+def test_sinusoidal_within_1e6_of_the_truth(layout, dim, spacing, branch):
     i = np.arange(dim // 2, dtype=np.float64)
     if spacing == "paper":
         inv_freq = 1.0 / 10000.0 ** (2.0 * i / dim)
@@ -153,11 +164,13 @@ def test_sinusoidal_within_1e6_of_the_truth(layout, dim, spacing):
         else (slice(0, dim // 2), slice(dim // 2, pairs))
     )
     truth[:, sin_at], truth[:, cos_at] = true_sin, true_cos
-    got = jax.jit(
+    got = run_branch(
         lambda p: fp.sinusoidal_encoding(
             p, dim, layout=layout, spacing=spacing, angle_precision="exact"
-        )
-    )(jnp.asarray(POSITIONS))
+        ),
+        jnp.asarray(POSITIONS),
+        branch=branch,
+    )
     assert np.abs(np.asarray(got, np.float64) - truth).max() <= EXACT_TOL
     table = fp.sinusoidal_table(
         10**5 + 1, dim, layout=layout, spacing=spacing, angle_precision="exact"

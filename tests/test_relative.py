@@ -9,17 +9,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from branches import BRANCHES, run_branch
 
 import flax_posenc as fp
 
 FIXTURES = json.loads(
     (pathlib.Path(__file__).parent / "fixtures" / "hf_bias.json").read_text()
 )["t5_relative_position_bucket"]
-
-bucket_jit = jax.jit(
-    fp.relative_position_bucket,
-    static_argnames=("bidirectional", "num_buckets", "max_distance"),
-)
 
 
 def t5_bucket(relative_position, bidirectional, num_buckets, max_distance):
@@ -43,18 +39,23 @@ def t5_bucket(relative_position, bidirectional, num_buckets, max_distance):
     return bucket + min(large, num_buckets - 1)
 
 
+@pytest.mark.parametrize("branch", BRANCHES)
 @pytest.mark.parametrize(
     "case",
     FIXTURES["cases"],
     ids=lambda c: f"bi{c['bidirectional']}-nb{c['num_buckets']}-md{c['max_distance']}",
 )
-def test_buckets_match_hugging_face_t5(case):
+def test_buckets_match_hugging_face_t5(case, branch):
     relative = jnp.asarray(FIXTURES["relative_positions"], jnp.int32)
-    got = bucket_jit(
+    got = run_branch(
+        lambda r: fp.relative_position_bucket(
+            r,
+            bidirectional=case["bidirectional"],
+            num_buckets=case["num_buckets"],
+            max_distance=case["max_distance"],
+        ),
         relative,
-        bidirectional=case["bidirectional"],
-        num_buckets=case["num_buckets"],
-        max_distance=case["max_distance"],
+        branch=branch,
     )
     assert got.dtype == jnp.int32
     np.testing.assert_array_equal(got, np.asarray(case["buckets"], np.int32))
@@ -98,15 +99,20 @@ def test_odd_num_buckets_allowed_when_causal():
     np.testing.assert_array_equal(got, expected)
 
 
+@pytest.mark.parametrize("branch", BRANCHES)
 @pytest.mark.parametrize("table_dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("bidirectional", [True, False])
-def test_bias_gathers_the_table(table_dtype, bidirectional):
+def test_bias_gathers_the_table(table_dtype, bidirectional, branch):
     table = jax.random.normal(jax.random.key(0), (32, 3), table_dtype)
     q = jnp.array([[0, 1, 2, 3], [7, 8, 9, 10]])  # [B=2, L=4]
     k = jnp.array([[0, 1, 2, 3, 4], [0, 1, 200, 3, 4]])  # [B=2, S=5]
-    got = jax.jit(
-        fp.relative_position_bias, static_argnames=("bidirectional", "max_distance")
-    )(table, q, k, bidirectional=bidirectional)
+    got = run_branch(
+        lambda t, q, k: fp.relative_position_bias(t, q, k, bidirectional=bidirectional),
+        table,
+        q,
+        k,
+        branch=branch,
+    )
     assert got.shape == (2, 3, 4, 5)
     assert got.dtype == table_dtype
     qn, kn = np.asarray(q), np.asarray(k)

@@ -1,4 +1,5 @@
-"""The CPU sin/cos of ``flax_posenc._sincos`` against float64 truth.
+"""The CPU sin/cos of ``flax_posenc._cpu`` against float64 truth, and both forms of
+the ``flax_posenc._sincos`` switch at special values.
 
 Bound (issue #11): against float64 ``sin``/``cos`` of the same float32 angle ``x``,
 ``|error| <= 2 ulp(truth) + |x| * 2^-24``, over every float32 angle the library can
@@ -12,10 +13,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cpu_vector_width import VECTOR_WIDTHS, run_at_width
+from branches import BRANCHES, run_branch
+from cpu_vector_width import VECTOR_WIDTH_PARAMS, run_at_width
 from jax_compat import enable_x64
 
-from flax_posenc._sincos import _sin_cos_cpu, sin_cos, sin_quarter_turns_cpu
+from flax_posenc import _cpu, _sincos
+from flax_posenc._sincos import sin_cos
 
 _MAX = float(np.finfo(np.float32).max)
 
@@ -50,12 +53,12 @@ def _angles() -> dict[str, np.ndarray]:
     }
 
 
-@pytest.mark.parametrize("vector_width", VECTOR_WIDTHS)
+@pytest.mark.parametrize("vector_width", VECTOR_WIDTH_PARAMS)
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 @pytest.mark.parametrize("name", list(_angles()))
 def test_sin_cos_within_bound(name, sign, vector_width):
     x = sign * _angles()[name]
-    sin, cos = run_at_width(_sin_cos_cpu, jnp.asarray(x), vector_width=vector_width)
+    sin, cos = run_at_width(_cpu.sin_cos, jnp.asarray(x), vector_width=vector_width)
     x64 = x.astype(np.float64)
     for got, truth in ((sin, np.sin(x64)), (cos, np.cos(x64))):
         ratio = _bound_ratio(np.asarray(got), truth, x)
@@ -63,13 +66,15 @@ def test_sin_cos_within_bound(name, sign, vector_width):
         assert ratio[worst] <= 1.0, (name, x[worst], got[worst], truth[worst])
 
 
-@pytest.mark.parametrize("vector_width", VECTOR_WIDTHS)
-@pytest.mark.parametrize("turns", [0, 1, 2, 3, -1, 5])
+@pytest.mark.parametrize("vector_width", VECTOR_WIDTH_PARAMS)
+@pytest.mark.parametrize(
+    "turns", [0, 1, -1, *(pytest.param(t, marks=pytest.mark.slow) for t in (2, 3, 5))]
+)
 def test_sin_quarter_turns_within_bound(turns, vector_width):
     x = np.concatenate(list(_angles().values()))
     x = np.concatenate([x, -x])
     got = run_at_width(
-        sin_quarter_turns_cpu,
+        _cpu.sin_quarter_turns,
         jnp.asarray(x),
         jnp.int32(turns),
         vector_width=vector_width,
@@ -80,9 +85,12 @@ def test_sin_quarter_turns_within_bound(turns, vector_width):
     assert _bound_ratio(np.asarray(got), truth, x).max() <= 1.0
 
 
-@pytest.mark.parametrize("sign", [1, -1])
-@pytest.mark.parametrize("turns", [0, 1])
-@pytest.mark.parametrize("exponent", [22, 23, 24, 25])
+# One binade by default (cos over [2^24, 2^25)); every one, both signs, under `slow`.
+@pytest.mark.parametrize("sign", [1, pytest.param(-1, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("turns", [pytest.param(0, marks=pytest.mark.slow), 1])
+@pytest.mark.parametrize(
+    "exponent", [*(pytest.param(e, marks=pytest.mark.slow) for e in (22, 23, 25)), 24]
+)
 def test_sin_quarter_turns_every_float32_where_the_bound_is_tightest(
     exponent, turns, sign
 ):
@@ -94,23 +102,44 @@ def test_sin_quarter_turns_every_float32_where_the_bound_is_tightest(
     """
     first = np.float32(2.0**exponent).view(np.uint32)
     x = sign * (first + np.arange(1 << 23, dtype=np.uint32)).view(np.float32)
-    got = jax.jit(sin_quarter_turns_cpu)(jnp.asarray(x), jnp.int32(turns))
+    got = jax.jit(_cpu.sin_quarter_turns)(jnp.asarray(x), jnp.int32(turns))
     x64 = x.astype(np.float64)
     truth = np.cos(x64) if turns else np.sin(x64)
     assert _bound_ratio(np.asarray(got), truth, x).max() <= 1.0
 
 
-def test_sin_cos_special_values():
+@pytest.mark.parametrize(
+    "sin_cos_quadrant",
+    [_cpu.sin_cos_quadrant, _sincos._sin_cos_quadrant],
+    ids=["cpu", "default"],
+)
+def test_sin_cos_quadrant_both_forms_within_bound(sin_cos_quadrant):
+    """Each form called directly: sin and cos of ``r + q pi/2``, every quadrant."""
+    r = np.linspace(-np.pi / 4, np.pi / 4, 4097).astype(np.float32)
+    q = np.arange(-8, 8, dtype=np.int32)[:, None]
+    sin, cos = jax.jit(sin_cos_quadrant)(jnp.asarray(r), jnp.asarray(q))
+    s, c = np.sin(r.astype(np.float64)), np.cos(r.astype(np.float64))
+    quarter = q % 4  # each quarter turn maps (sin, cos) to (cos, -sin)
+    true_sin = np.choose(quarter, [s, c, -s, -c])
+    true_cos = np.choose(quarter, [c, -s, -c, s])
+    for got, truth in ((sin, true_sin), (cos, true_cos)):
+        ulp = np.spacing(np.abs(truth).astype(np.float32)).astype(np.float64)
+        assert np.all(np.abs(np.asarray(got, np.float64) - truth) <= 2 * ulp)
+
+
+@pytest.mark.parametrize("branch", BRANCHES)
+def test_sin_cos_special_values(branch):
     x = jnp.float32([0.0, -0.0, jnp.inf, -jnp.inf, jnp.nan])
-    sin, cos = jax.jit(sin_cos)(x)
+    sin, cos = run_branch(sin_cos, x, branch=branch)
     assert np.array_equal(np.signbit(sin[:2]), [False, True])  # sin(-0) = -0
     np.testing.assert_array_equal(cos[:2], [1.0, 1.0])
     assert np.isnan(sin[2:]).all() and np.isnan(cos[2:]).all()
 
 
-def test_sin_cos_subnormal_angles():
+@pytest.mark.parametrize("branch", BRANCHES)
+def test_sin_cos_subnormal_angles(branch):
     x = np.float32([1e-45, 1e-40, 1.1754942e-38])
-    sin, cos = jax.jit(sin_cos)(jnp.asarray(x))
+    sin, cos = run_branch(sin_cos, jnp.asarray(x), branch=branch)
     np.testing.assert_allclose(np.asarray(sin), x, rtol=0, atol=2.0**-126)
     np.testing.assert_array_equal(cos, [1.0, 1.0, 1.0])
 
@@ -132,11 +161,12 @@ def test_accelerators_keep_xla_sin_cos():
     assert "round_nearest_even" not in text
 
 
-def test_sin_cos_under_x64_stays_float32():
+@pytest.mark.parametrize("branch", BRANCHES)
+def test_sin_cos_under_x64_stays_float32(branch):
     x = np.float32([0.5, 3.0, 1e6])
     with enable_x64():
-        sin, cos = jax.jit(sin_cos)(jnp.asarray(x))
-        turned = jax.jit(sin_quarter_turns_cpu)(jnp.asarray(x), jnp.int32(1))
+        sin, cos = run_branch(sin_cos, jnp.asarray(x), branch=branch)
+        turned = jax.jit(_cpu.sin_quarter_turns)(jnp.asarray(x), jnp.int32(1))
     assert sin.dtype == cos.dtype == turned.dtype == jnp.float32
     for got in (cos, turned):
         np.testing.assert_allclose(

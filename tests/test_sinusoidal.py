@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from branches import BRANCHES, run_branch
 
 import flax_posenc as fp
 
@@ -50,18 +51,20 @@ def test_flax_lm1b_example_table():
     np.testing.assert_allclose(got, expected, atol=1e-6)
 
 
+@pytest.mark.parametrize("branch", BRANCHES)
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
 @pytest.mark.parametrize("spacing", ["paper", "tensor2tensor"])
 @pytest.mark.parametrize("dim", [2, 3, 8, 33, 128])
 @pytest.mark.parametrize("base", [10000.0, 500.0])
-def test_matches_float64_formula(layout, spacing, dim, base):
+def test_matches_float64_formula(layout, spacing, dim, base, branch):
     positions = jnp.array([[0, 1, 2, 5], [17, 100, 1023, 4095]])
-    encode = jax.jit(
+    got = run_branch(
         lambda p: fp.sinusoidal_encoding(
             p, dim, base=base, layout=layout, spacing=spacing
-        )
+        ),
+        positions,
+        branch=branch,
     )
-    got = encode(positions)
     fp.testing.assert_encoding_shape(got, positions, dim, dtype=jnp.float32)
     # float32 angles up to 4095 rad: error <= angle * 2^-23 + 2e-7 <= 5e-4.
     np.testing.assert_allclose(
@@ -69,24 +72,41 @@ def test_matches_float64_formula(layout, spacing, dim, base):
     )
 
 
+@pytest.mark.parametrize("branch", BRANCHES)
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
 @pytest.mark.parametrize("dim", [64, 512])
-def test_float32_accuracy_bound_at_large_positions(dim):
+def test_float32_accuracy_bound_at_large_positions(dim, layout, branch):
     positions = np.arange(0, 100_001, 97)
-    got = np.asarray(fp.sinusoidal_encoding(jnp.asarray(positions), dim, layout="half"))
-    truth = reference(positions, dim, 10000.0, "half", "paper")
+    got = run_branch(
+        lambda p: fp.sinusoidal_encoding(p, dim, layout=layout),
+        jnp.asarray(positions),
+        branch=branch,
+    )
+    got = np.asarray(got)
+    truth = reference(positions, dim, 10000.0, layout, "paper")
     i = np.arange(dim // 2)
     angle = positions[:, None] / 10000.0 ** (2.0 * i / dim)
-    bound = np.concatenate([angle, angle], -1) * 2.0**-23 + 2e-7
+    if layout == "half":
+        angle = np.concatenate([angle, angle], -1)
+    else:
+        angle = np.repeat(angle, 2, -1)
+    bound = angle * 2.0**-23 + 2e-7
     assert np.all(np.abs(got - truth) <= bound)
     assert np.max(np.abs(got - truth)) < 1.2e-2
 
 
-def test_odd_dim_pads_last_feature_with_zero():
-    table = fp.sinusoidal_table(10, 7, layout="half")
+@pytest.mark.parametrize("branch", BRANCHES)
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+def test_odd_dim_pads_last_feature_with_zero(layout, branch):
+    table = run_branch(
+        lambda p: fp.sinusoidal_encoding(p, 7, layout=layout),
+        jnp.arange(10),
+        branch=branch,
+    )
     np.testing.assert_array_equal(table[:, -1], 0.0)
     np.testing.assert_allclose(
         table[:, :6],
-        reference(np.arange(10), 7, 1e4, "half", "paper")[:, :6],
+        reference(np.arange(10), 7, 1e4, layout, "paper")[:, :6],
         atol=1e-6,
     )
 
@@ -97,12 +117,17 @@ def test_table_equals_encoding_of_arange():
     )
 
 
+@pytest.mark.parametrize("branch", BRANCHES)
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
-def test_low_precision_dtype_is_rounded_float32(dtype):
+def test_low_precision_dtype_is_rounded_float32(dtype, branch):
     positions = jnp.arange(0, 5000, 37)
-    got = jax.jit(lambda p: fp.sinusoidal_encoding(p, 64, dtype=dtype))(positions)
+    got = run_branch(
+        lambda p: fp.sinusoidal_encoding(p, 64, dtype=dtype), positions, branch=branch
+    )
     assert got.dtype == dtype
-    expected = fp.sinusoidal_encoding(positions, 64).astype(dtype)
+    expected = run_branch(
+        lambda p: fp.sinusoidal_encoding(p, 64), positions, branch=branch
+    ).astype(dtype)
     np.testing.assert_array_equal(got, expected)
 
 
