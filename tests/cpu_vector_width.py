@@ -6,9 +6,12 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import pytest
 
 # XLA's default (256 bits), and the 512 bits the CPU guide recommends on AVX-512.
 VECTOR_WIDTHS = [None, 512]
+# For a test parametrised over the widths: 512 bits only with the `slow` tests.
+VECTOR_WIDTH_PARAMS = [None, pytest.param(512, marks=pytest.mark.slow)]
 
 
 def run_at_width(fn: Callable, *args: Any, vector_width: int | None = None) -> Any:

@@ -9,6 +9,7 @@ import math
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import flax_posenc as fp
 
@@ -26,6 +27,13 @@ FAMILIES = (
     "proportional",
 )
 SEQ_LEN_FAMILIES = ("dynamic_ntk", "longrope")
+# What a test over every family runs by default: one of each kind (none, an attention
+# factor, seq_len-dependent, per frequency band); FAMILY_PARAMS: the rest under `slow`.
+SAMPLED_FAMILIES = ("plain", "yarn", "dynamic_ntk", "longrope", "llama3")
+FAMILY_PARAMS = [
+    f if f in SAMPLED_FAMILIES else pytest.param(f, marks=pytest.mark.slow)
+    for f in FAMILIES
+]
 
 
 def make_scaling(family, rotary_dim, original=ORIGINAL):

@@ -38,7 +38,9 @@ def output(params, attended):
     )
 
 
-@pytest.mark.parametrize("encoding", ["rope", "alibi", "both"])
+@pytest.mark.parametrize(
+    "encoding", ["rope", "alibi", pytest.param("both", marks=pytest.mark.slow)]
+)
 def test_linen_and_nnx_attention_with_positions(encoding):
     rope = CONFIG if encoding in ("rope", "both") else None
     bias = fp.alibi_bias(POSITIONS, POSITIONS, N) if encoding != "rope" else None

@@ -196,7 +196,9 @@ def test_packed_sequence_gets_its_outputs_alone():
             )
 
 
-@pytest.mark.parametrize("encoding", ["rope", "alibi", "t5"])
+@pytest.mark.parametrize(
+    "encoding", ["rope", pytest.param("alibi", marks=pytest.mark.slow), "t5"]
+)
 def test_flax_multi_head_attention_decode_matches_full(encoding):
     """Flax's own cached attention with positional_attention_fn as the drop-in."""
     config = fp.RopeConfig(head_dim=H)

@@ -129,7 +129,17 @@ def guide_pages() -> list[pathlib.Path]:
     return sorted([DOCS / "index.md", *(DOCS / "guide").glob("*.md")])
 
 
-@pytest.mark.parametrize("page", guide_pages(), ids=lambda p: p.name)
+# The pages whose code compiles the most run with the `slow` tests.
+@pytest.mark.parametrize(
+    "page",
+    [
+        pytest.param(page, marks=pytest.mark.slow)
+        if page.name in ("attention.md", "blockwise.md", "rope.md", "testing.md")
+        else page
+        for page in guide_pages()
+    ],
+    ids=lambda p: p.name,
+)
 def test_guide_code_runs(page, monkeypatch):
     """The page's python blocks, in order, in one module (as a reader would)."""
     blocks = CODE_BLOCK.findall(page.read_text())

@@ -58,7 +58,11 @@ def test_copy_batch_layout():
         np.testing.assert_array_equal(np.asarray(targets)[np.asarray(mask)], symbols)
 
 
-@pytest.mark.parametrize("encoding", ENCODINGS)
+# Each encoding compiles a model: RoPE by default.
+@pytest.mark.parametrize(
+    "encoding",
+    [e if e == "rope" else pytest.param(e, marks=pytest.mark.slow) for e in ENCODINGS],
+)
 def test_forward_shift_and_cached_decoding(encoding):
     """Per encoding: logits shapes; relative encodings see only offsets (shifting
     every position by 7 keeps the logits) while absolute ones do not; greedy decoding
@@ -84,6 +88,7 @@ def test_forward_shift_and_cached_decoding(encoding):
     assert decoded.tokens.shape == (2, steps)
 
 
+@pytest.mark.slow  # compiles a model per encoding (cached decoding: test_decode.py)
 @pytest.mark.parametrize("encoding", ENCODINGS)
 def test_left_padded_decoding(encoding):
     """Prompts of 1..5 symbols, left-padded into one batch: cached decoding equals
@@ -140,6 +145,7 @@ def test_left_padded_prompts_layout():
         assert answer_mask.sum() == n
 
 
+@pytest.mark.slow  # compiles a model's train step
 def test_train_step_compiles_once():
     model = small_model("rope")
     graphdef, params = nnx.split(model)
@@ -162,6 +168,7 @@ def test_max_traces_catches_a_retrace():
         f(jnp.ones(4))
 
 
+@pytest.mark.slow  # compiles a model per encoding
 @pytest.mark.parametrize("encoding", ("learned", "rope_yarn"))
 def test_evaluate_compiles_once_per_length(encoding):
     model = small_model(encoding)
@@ -195,6 +202,7 @@ def test_hf_config_llama3_wavelengths():
     assert attention_scaling == 1.0
 
 
+@pytest.mark.slow  # two models each (the modules' linen == nnx: test_*_modules.py)
 @pytest.mark.parametrize("encoding", ("rope", "alibi"))
 def test_linen_block_equals_nnx_block(encoding):
     """The linen block with the nnx block's parameters gives the same output, with

@@ -116,8 +116,31 @@ def _allowance(case: dict, x: np.ndarray) -> np.ndarray:
 TABLE = set(_models.MODELS) | set(_models.COMMON_TYPES)
 
 
+# By default one model type per kind of rule (scaling families, layer types, NoPE
+# layers, query scaling, M-RoPE and XD-RoPE, interleaved pairs, -theta, a refusal);
+# every type under `slow`.
+SAMPLED_TYPES = (
+    "gemma3_text",
+    "glm",
+    "hunyuan_vl_text",
+    "llama",
+    "llama4_text",
+    "mistral_large4_text",
+    "nanochat",
+    "qwen2_vl_text",
+)
+
+
 @pytest.mark.parametrize("form", ["config", "config_dict"])
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize(
+    "name",
+    [
+        name
+        if CASES[name]["model_type"] in SAMPLED_TYPES
+        else pytest.param(name, marks=pytest.mark.slow)
+        for name in sorted(CASES)
+    ],
+)
 def test_reader_and_apply_reproduce_transformers(name, form):
     """Covered types reproduce transformers; the others are refused, never guessed."""
     case = CASES[name]

@@ -253,7 +253,7 @@ def test_every_argument_has_a_case(api):
         assert covered <= arguments, f"{api}.{name}: stale cases {covered - arguments}"
 
 
-@pytest.mark.parametrize("api", APIS)
+@pytest.mark.parametrize("api", ["linen", pytest.param("nnx", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_argument_matters(api, case):
     cls = modules(api)[case.module]

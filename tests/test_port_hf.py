@@ -73,8 +73,8 @@ def with_rope(config: port_hf.Config, **changes) -> port_hf.Config:
     "name",
     [
         "llama_gqa",
-        "llama_dynamic_ntk",
-        "phi3_longrope",
+        pytest.param("llama_dynamic_ntk", marks=pytest.mark.slow),
+        pytest.param("phi3_longrope", marks=pytest.mark.slow),
         "glm",  # interleaved pairs, partial rotary 0.5
     ],
 )

@@ -41,8 +41,12 @@ def assert_close(got, want):
 
 
 @pytest.mark.parametrize("family", ["plain", "yarn", "longrope", "dynamic_ntk"])
-@pytest.mark.parametrize("layout", ["half", "interleaved"])
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize(
+    "layout", ["half", pytest.param("interleaved", marks=pytest.mark.slow)]
+)
+@pytest.mark.parametrize(
+    "dtype", [jnp.float32, pytest.param(jnp.bfloat16, marks=pytest.mark.slow)]
+)
 def test_modules_equal_apply_rope_and_each_other(family, layout, dtype):
     config = ref.make_config(family, head_dim=8, rotary_dim=6, layout=layout)
     q, k = Q.astype(dtype), K.astype(dtype)
@@ -71,7 +75,11 @@ def test_one_cos_sin_table_serves_q_and_k(monkeypatch):
     assert len(calls) == 3  # separate key positions: a table each
 
 
-@pytest.mark.parametrize("family", ["plain", "llama3", "dynamic_ntk", "longrope"])
+@pytest.mark.parametrize(
+    "family",
+    ["plain", "dynamic_ntk"]
+    + [pytest.param(f, marks=pytest.mark.slow) for f in ("llama3", "longrope")],
+)
 def test_kv_cache_decode_scores_equal_full_sequence(family):
     """One new query at position t against a cache of S keys at 0..S-1 gives row t
     of the full self-attention scores (same seq_len = S for dynamic families)."""

@@ -339,11 +339,13 @@ def test_apply_mrope_matches_transformers(name):
     ("head_dim", "rotary_dim", "layout", "section", "mrope_layout"),
     [
         (128, 128, "half", QWEN2_VL_SECTION, "contiguous"),
-        (16, 12, "interleaved", (1, 3, 2), "contiguous"),
+        pytest.param(
+            16, 12, "interleaved", (1, 3, 2), "contiguous", marks=pytest.mark.slow
+        ),
         (128, 128, "half", (24, 20, 20), "interleaved"),
         (16, 12, "interleaved", (2, 2, 2), "hw_alternating"),
         (16, 16, "half", (2, 2, 4), "xd"),
-        (16, 12, "half", (2, 2, 2), "xd"),
+        pytest.param(16, 12, "half", (2, 2, 2), "xd", marks=pytest.mark.slow),
     ],
 )
 def test_text_only_mrope_is_apply_rope_bitwise(

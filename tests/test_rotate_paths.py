@@ -41,10 +41,18 @@ def _reference(x, cos, sin, layout):
 
 @pytest.mark.parametrize("branch", BRANCHES)
 @pytest.mark.parametrize("vector_width", VECTOR_WIDTH_PARAMS)
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16, jnp.float16])
+@pytest.mark.parametrize(
+    "dtype",
+    [jnp.float32, jnp.bfloat16, pytest.param(jnp.float16, marks=pytest.mark.slow)],
+)
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 @pytest.mark.parametrize(
-    ("head_dim", "rotary_dim"), [(16, 16), (16, 4), (16, 8), (18, 8), (15, 6)]
+    ("head_dim", "rotary_dim"),
+    [(16, 16), (16, 8), (15, 6)]
+    + [
+        pytest.param(16, 4, marks=pytest.mark.slow),
+        pytest.param(18, 8, marks=pytest.mark.slow),
+    ],
 )
 def test_rotate_paths_match_float64(
     dtype, layout, head_dim, rotary_dim, vector_width, branch
@@ -82,7 +90,7 @@ def test_rotate_paths_match_float64(
 @pytest.mark.parametrize("branch", BRANCHES)
 @pytest.mark.parametrize("family", ["plain", "yarn", "dynamic_ntk"])
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
-@pytest.mark.parametrize("rotary_dim", [16, 8])
+@pytest.mark.parametrize("rotary_dim", [16, pytest.param(8, marks=pytest.mark.slow)])
 def test_apply_rope_matches_float64(rotary_dim, layout, family, branch):
     """The public path end to end, float32 and bfloat16 q in one compiled call."""
     config = ref.make_config(family, rotary_dim=rotary_dim, layout=layout)

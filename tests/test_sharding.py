@@ -122,7 +122,8 @@ LAYOUTS = {
         2,
     ),
 }
-AXIS_TYPES = [AxisType.Auto, AxisType.Explicit]
+# Explicit axes (sharding in the types) with the `slow` tests.
+AXIS_TYPES = [AxisType.Auto, pytest.param(AxisType.Explicit, marks=pytest.mark.slow)]
 
 
 def sharded_rope_inputs(layout, axis_type):
@@ -135,7 +136,9 @@ def sharded_rope_inputs(layout, axis_type):
 @pytest.mark.parametrize("axis_type", AXIS_TYPES, ids=str)
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 @pytest.mark.parametrize(
-    "config, seq_len", [(PLAIN, None), (DYNAMIC, 64)], ids=["plain", "dynamic_ntk"]
+    "config, seq_len",
+    [(PLAIN, None), pytest.param(DYNAMIC, 64, marks=pytest.mark.slow)],
+    ids=["plain", "dynamic_ntk"],
 )
 def test_apply_rope_sharded_needs_no_communication(layout, axis_type, config, seq_len):
     x, positions, unsharded_positions = sharded_rope_inputs(layout, axis_type)

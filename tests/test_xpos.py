@@ -80,7 +80,10 @@ apply_xpos_jit = jax.jit(
 
 
 @pytest.mark.parametrize("is_key", [False, True])
-@pytest.mark.parametrize(("length", "offset"), [(16, 0), (1, 1023), (8, 1100)])
+@pytest.mark.parametrize(
+    ("length", "offset"),
+    [(16, 0), pytest.param(1, 1023, marks=pytest.mark.slow), (8, 1100)],
+)
 def test_matches_torchscale(length, offset, is_key):
     """torchscale's prefill (offset 0) and decode (one query after a long cache)."""
     config = fp.RopeConfig(head_dim=32, layout="interleaved")
