@@ -276,9 +276,7 @@ class _Config:
     def null_rule(self, key: str) -> str | None:
         """What the class makes of ``key`` (under any spelling) set to null, where
         that differs from leaving it out (see ``_defaults.DEFAULTS[t]["null"]``)."""
-        field = self.attribute_map.get(key, key)
-        names = [a for a, f in self.attribute_map.items() if f == field]
-        for name in (key, field, *names):
+        for name in (key, *self.spellings(key)):
             if name in self.nulls:
                 return self.nulls[name]
         return None
@@ -290,12 +288,16 @@ class _Config:
         """The config's own value of ``key`` under any of its spellings, else None.
         An alias wins over the attribute it stands for, as transformers sets the
         aliases after the fields."""
-        field = self.attribute_map.get(key, key)
-        aliases = [a for a, f in self.attribute_map.items() if f == field]
-        for name in (*aliases, field):
+        for name in self.spellings(key):
             if name in self.config:
                 return self.config[name]
         return None
+
+    def spellings(self, key: str) -> tuple[str, ...]:
+        """``key``'s aliases, then the attribute they stand for."""
+        field = self.attribute_map.get(key, key)
+        aliases = [a for a, f in self.attribute_map.items() if f == field]
+        return (*aliases, field)
 
     def get(self, key: str, default: Any = None) -> Any:
         """The config's value of ``key`` (under any spelling), else the class's. A
@@ -316,11 +318,9 @@ class _Config:
 
     def is_null(self, key: str) -> bool:
         """Whether the config sets ``key`` (under any spelling) to null."""
-        field = self.attribute_map.get(key, key)
-        names = [a for a, f in self.attribute_map.items() if f == field]
         return any(
             name in self.config and self.config[name] is None
-            for name in (*names, field)
+            for name in self.spellings(key)
         )
 
 
