@@ -7,6 +7,10 @@ Both entry points, :func:`flax_posenc.blockwise_attention` and the Flax-signatur
 batch, grouped heads, int32 rows, normalised mask, block sizes, scale), and
 :func:`online_softmax` walks query blocks and, inside each, key blocks. Every tile
 helper takes the record or its arrays as arguments.
+
+Ring attention (:mod:`flax_posenc.ring_attention`) reuses the same tile step with the
+statistics carried between calls: :func:`init_stats`, then :func:`accumulate` once per
+key/value block that arrives, then :func:`normalise` and :func:`from_stats_layout`.
 """
 
 from __future__ import annotations
@@ -210,47 +214,108 @@ def prepare(
     )
 
 
+class Stats(NamedTuple):
+    """The online softmax's running statistics of one or all query blocks, float32.
+
+    Per query block ``[B, K, G, block_q]`` (and ``[..., Hv]`` for ``acc``); stacked
+    over the query blocks of :func:`q_starts` as ``[Q, B, K, G, block_q, ...]``.
+    """
+
+    row_max: jax.Array  # running max of the logits (-inf: no key yet)
+    denominator: jax.Array  # sum of exp(logit - row_max)
+    acc: jax.Array  # sum of exp(logit - row_max) v
+
+
+def q_starts(length: int, block_q: int) -> np.ndarray:
+    """int32 start of each query block; the last starts at ``L - block_q``,
+    overlapping the one before it when ``block_q`` does not divide ``L``."""
+    return np.minimum(np.arange(0, length, block_q, dtype=np.int32), length - block_q)
+
+
+def init_stats(blocks: Blocks) -> Stats:
+    """Statistics before any key, stacked over the query blocks."""
+    batch, length, kv_heads, groups, _ = blocks.q.shape
+    shape = (len(q_starts(length, blocks.block_q)), batch, kv_heads, groups)
+    shape += (blocks.block_q,)
+    return Stats(
+        jnp.full(shape, -jnp.inf, jnp.float32),
+        jnp.zeros(shape, jnp.float32),
+        jnp.zeros((*shape, blocks.v.shape[-1]), jnp.float32),
+    )
+
+
+def accumulate(
+    blocks: Blocks, bias: Bias | None, precision: Any, stats: Stats
+) -> Stats:
+    """``stats`` updated with every key of ``blocks.k``: a rematerialised map over
+    the query blocks, each a rematerialised scan over the key blocks. Called once by
+    :func:`online_softmax`, once per ring step by ring attention."""
+    starts = jnp.asarray(q_starts(blocks.q.shape[1], blocks.block_q))
+    step = functools.partial(_accumulate_q_block, blocks, bias, precision)
+    scanned = jax.checkpoint(lambda args: step(*args), prevent_cse=False)
+    return jax.lax.map(scanned, (starts, stats))
+
+
+def normalise(stats: Stats, dtype: Any) -> jax.Array:
+    """``acc / denominator`` (zeros for rows with no key) in ``dtype``, in the
+    statistics' layout ``[..., B, K, G, block_q, Hv]``."""
+    safe = jnp.where(stats.denominator == 0.0, 1.0, stats.denominator)
+    return (stats.acc / safe[..., None]).astype(dtype)
+
+
+def from_stats_layout(blocks: Blocks, stacked: jax.Array) -> jax.Array:
+    """``[Q, B, K, G, block_q, ...]`` per query block to ``[..., L, N, ...]`` rows
+    (the overlapping rows of the last block taken from it); linear."""
+    num_blocks, batch, kv_heads, groups, block_q = stacked.shape[:5]
+    trail = stacked.shape[5:]
+    length = blocks.q.shape[1]
+    out = jnp.moveaxis(stacked, 4, 2)  # [Q, B, block_q, K, G, ...]
+    out = jnp.moveaxis(out, 0, 1).reshape(batch, num_blocks * block_q, -1, *trail)
+    if length % block_q:
+        overlap = num_blocks * block_q - length
+        last = out[:, (num_blocks - 1) * block_q + overlap :]
+        out = jnp.concatenate([out[:, : (num_blocks - 1) * block_q], last], axis=1)
+    return out.reshape(*blocks.batch_shape, length, kv_heads * groups, *trail)
+
+
 def online_softmax(blocks: Blocks, bias: Bias | None, precision: Any) -> jax.Array:
     """The kernel: a rematerialised map over query blocks; ``[..., L, N, Hv]``."""
     batch, length, kv_heads, groups, _ = blocks.q.shape
-    heads, value_dim, block_q = kv_heads * groups, blocks.v.shape[-1], blocks.block_q
-    # The last block starts at L - block_q, overlapping the one before it.
-    q_starts = np.minimum(
-        np.arange(0, length, block_q, dtype=np.int32), length - block_q
-    )
-    attend = functools.partial(_attend_q_block, blocks, bias, precision)
-    out = jax.lax.map(jax.checkpoint(attend, prevent_cse=False), jnp.asarray(q_starts))
-    out = jnp.moveaxis(out, 0, 1)  # [B, num_q_blocks, block_q, N, Hv]
-    out = out.reshape(batch, len(q_starts) * block_q, heads, value_dim)
-    if length % block_q:
-        overlap = len(q_starts) * block_q - length
-        last = out[:, (len(q_starts) - 1) * block_q + overlap :]
-        out = jnp.concatenate([out[:, : (len(q_starts) - 1) * block_q], last], axis=1)
-    return out.reshape(*blocks.batch_shape, length, heads, value_dim)
-
-
-def _attend_q_block(
-    blocks: Blocks, bias: Bias | None, precision: Any, q_start: jax.Array
-) -> jax.Array:
-    """``[B, block_q, N, Hv]``: a rematerialised scan over the key blocks."""
-    batch, _, kv_heads, groups, _ = blocks.q.shape
-    keys, value_dim, block_q = blocks.k.shape[1], blocks.v.shape[-1], blocks.block_q
-    q_block = jax.lax.dynamic_slice_in_dim(blocks.q, q_start, block_q, axis=1)
-    step = functools.partial(_k_step, blocks, bias, precision, q_start, q_block)
+    value_dim, block_q = blocks.v.shape[-1], blocks.block_q
     stats_shape = (batch, kv_heads, groups, block_q)
-    init = (
+    init = Stats(
         jnp.full(stats_shape, -jnp.inf, jnp.float32),
         jnp.zeros(stats_shape, jnp.float32),
         jnp.zeros((*stats_shape, value_dim), jnp.float32),
     )
-    (_, denominator, acc), _ = jax.lax.scan(
+
+    def attend(q_start: jax.Array) -> jax.Array:
+        stats = _accumulate_q_block(blocks, bias, precision, q_start, init)
+        return normalise(stats, blocks.q.dtype)  # [B, K, G, block_q, Hv]
+
+    starts = jnp.asarray(q_starts(length, block_q))
+    out = jax.lax.map(jax.checkpoint(attend, prevent_cse=False), starts)
+    return from_stats_layout(blocks, out)
+
+
+def _accumulate_q_block(
+    blocks: Blocks,
+    bias: Bias | None,
+    precision: Any,
+    q_start: jax.Array,
+    stats: Stats,
+) -> Stats:
+    """One query block's ``stats`` after a rematerialised scan over the key
+    blocks."""
+    q_block = jax.lax.dynamic_slice_in_dim(blocks.q, q_start, blocks.block_q, axis=1)
+    step = functools.partial(_k_step, blocks, bias, precision, q_start, q_block)
+    keys = blocks.k.shape[1]
+    carry, _ = jax.lax.scan(
         jax.checkpoint(step, prevent_cse=False),
-        init,
+        tuple(stats),
         jnp.arange(-(-keys // blocks.block_k), dtype=jnp.int32),
     )
-    safe = jnp.where(denominator == 0.0, 1.0, denominator)  # fully masked rows
-    out = (acc / safe[..., None]).astype(blocks.q.dtype)  # [B, K, G, block_q, Hv]
-    return jnp.moveaxis(out, 3, 1).reshape(batch, block_q, kv_heads * groups, value_dim)
+    return Stats(*carry)
 
 
 def _k_step(
