@@ -12,6 +12,10 @@ decoding are right by construction:
   index or per-sequence lengths.
 * :func:`relative_positions`: ``k_pos - q_pos`` for every query/key pair, the input
   of the attention-bias encodings (ALiBi, T5 buckets).
+* :func:`randomized_positions` and :func:`pose_positions`: *training* positions
+  that cover a longer range than the training window (randomized positional
+  encodings, Ruoss et al. 2023; positional skip-wise training, Zhu et al. 2023), for
+  any encoding. A PRNG key in, sorted int32 positions out, static sizes, jit-able.
 
 Padding tokens get position ``0`` (as seqio's packed ``*_positions`` features do):
 it is a valid index for any table, and padded tokens are masked out of attention.
@@ -21,6 +25,7 @@ All outputs are ``int32``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -34,9 +39,11 @@ from flax_posenc._validation import (
 
 __all__ = [
     "grid_positions",
+    "pose_positions",
     "positions_from_offsets",
     "positions_from_padding_mask",
     "positions_from_segment_ids",
+    "randomized_positions",
     "relative_positions",
 ]
 
@@ -229,3 +236,153 @@ def grid_positions(grid_shape: Sequence[int]) -> jax.Array:
     ]
     coordinates = np.indices(sizes).reshape(len(sizes), -1).T
     return jnp.asarray(coordinates, jnp.int32)
+
+
+def _check_window(length: Any, max_len: Any, batch_shape: Any) -> tuple:
+    length = check_positive_int("length", length)
+    max_len = check_positive_int("max_len", max_len)
+    if length > max_len:
+        raise ValueError(
+            f"`length` ({length}) must be <= `max_len` ({max_len}): positions are "
+            f"drawn from [0, max_len). Hint: max_len = a multiple of length, e.g. "
+            f"{4 * length}."
+        )
+    if isinstance(batch_shape, (int, np.integer)):
+        batch_shape = (batch_shape,)
+    if not isinstance(batch_shape, Sequence) or isinstance(batch_shape, str):
+        raise TypeError(f"`batch_shape` must be a tuple of ints, got {batch_shape!r}.")
+    batch_shape = tuple(
+        check_positive_int(f"batch_shape[{i}]", n) for i, n in enumerate(batch_shape)
+    )
+    return length, max_len, batch_shape
+
+
+def _check_key(key: Any) -> jax.Array:
+    dtype = getattr(key, "dtype", None)
+    if dtype is None or not (
+        jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+        or (dtype == jnp.uint32 and key.shape[-1:] == (2,))
+    ):
+        raise TypeError(
+            f"`key` must be a JAX PRNG key, got {type(key).__name__} of dtype "
+            f"{dtype}. Hint: jax.random.key(0)."
+        )
+    if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key) and key.shape != ():
+        raise ValueError(
+            f"`key` must be a single key (shape ()), got shape {key.shape}. Hint: "
+            "pass batch_shape instead of a batch of keys."
+        )
+    return key
+
+
+def randomized_positions(
+    key: jax.Array,
+    length: int,
+    max_len: int,
+    *,
+    batch_shape: Sequence[int] = (),
+) -> jax.Array:
+    """Randomized positional encodings' training positions: a sorted random subset.
+
+    ``length`` distinct positions drawn uniformly without replacement from ``[0,
+    max_len)``, in increasing order, independently for each sequence. Training on
+    them exposes every position up to ``max_len`` while keeping the order, so the
+    encoding has seen the positions of longer test sequences; evaluate with
+    ``jnp.arange`` as usual.
+
+    Args:
+      key: a JAX PRNG key (``jax.random.key``), traced or concrete.
+      length: ``L``, the training sequence length.
+      max_len: the range drawn from, ``>= L`` (the longest length to test).
+      batch_shape: leading axes, e.g. ``(B,)``; one subset per sequence.
+
+    Returns:
+      int32 ``batch_shape + (L,)``, strictly increasing along the last axis, in
+      ``[0, max_len)``.
+
+    Raises:
+      TypeError: ``key`` not a PRNG key, non-int sizes.
+      ValueError: ``length > max_len``, sizes ``<= 0``, a batch of keys.
+
+    Examples:
+      >>> p = fp.randomized_positions(jax.random.key(0), 4, 16, batch_shape=(2,))
+      >>> p.shape, bool(jnp.all(jnp.diff(p) > 0)), bool(p.max() < 16)
+      ((2, 4), True, True)
+
+    Reference: Ruoss, Deletang, Genewein, Grau-Moya, Csordas, Bennani, Legg, Veness,
+    "Randomized Positional Encodings Boost Length Generalization of Transformers",
+    ACL 2023 (Section 3).
+    """
+    key = _check_key(key)
+    length, max_len, batch_shape = _check_window(length, max_len, batch_shape)
+    scores = jax.random.uniform(key, batch_shape + (max_len,))
+    chosen = jax.lax.top_k(scores, length)[1]  # L distinct indices per sequence
+    return jnp.sort(chosen, axis=-1).astype(jnp.int32)
+
+
+def pose_positions(
+    key: jax.Array,
+    length: int,
+    max_len: int,
+    *,
+    num_chunks: int = 2,
+    batch_shape: Sequence[int] = (),
+) -> jax.Array:
+    """PoSE's training positions: ``num_chunks`` contiguous chunks with random skips.
+
+    The window of ``L`` tokens is cut at ``num_chunks - 1`` distinct random points
+    into chunks of at least one token; chunk ``c`` is moved right by a skipping
+    bias ``u_c``, with ``u_0 = 0`` (the first chunk starts at 0, as in the authors'
+    code) and ``u_1 <= ... <= u_{C-1}`` sorted uniform draws from ``[0, max_len -
+    L]``. So ``positions[t] = t + u_{chunk(t)}``: contiguous inside each chunk,
+    strictly increasing, the last below ``max_len``. Relative distances up to
+    ``max_len - 1`` appear while the window stays ``L`` long.
+
+    Args:
+      key: a JAX PRNG key, traced or concrete.
+      length: ``L``, the training window.
+      max_len: the target context length, ``>= L``.
+      num_chunks: ``C``, between 1 and ``L`` (the paper uses 2).
+      batch_shape: leading axes, e.g. ``(B,)``; independent draws per sequence.
+
+    Returns:
+      int32 ``batch_shape + (L,)``, strictly increasing, in ``[0, max_len)``.
+
+    Raises:
+      TypeError: ``key`` not a PRNG key, non-int sizes.
+      ValueError: ``length > max_len``, ``num_chunks`` outside ``[1, L]``, sizes
+        ``<= 0``.
+
+    Examples:
+      >>> p = fp.pose_positions(jax.random.key(0), 8, 64)
+      >>> int(p[0]), bool(jnp.all(jnp.diff(p) > 0)), bool(p[-1] < 64)
+      (0, True, True)
+
+    Reference: Zhu, Yang, Wang, Song, Wu, Wei, Li, "PoSE: Efficient Context Window
+    Extension of LLMs via Positional Skip-wise Training", ICLR 2024 (Section 3.2).
+    """
+    key = _check_key(key)
+    length, max_len, batch_shape = _check_window(length, max_len, batch_shape)
+    num_chunks = check_positive_int("num_chunks", num_chunks)
+    if num_chunks > length:
+        raise ValueError(
+            f"`num_chunks` must be <= length ({length}): every chunk holds a token, "
+            f"got {num_chunks}."
+        )
+    cut_key, skip_key = jax.random.split(key)
+    index = jnp.arange(length, dtype=jnp.int32)
+    if num_chunks == 1:
+        return jnp.broadcast_to(index, batch_shape + (length,))
+    # num_chunks - 1 distinct cut points in [1, L): chunk c = tokens past c cuts.
+    scores = jax.random.uniform(cut_key, batch_shape + (length - 1,))
+    cuts = jax.lax.top_k(scores, num_chunks - 1)[1].astype(jnp.int32) + 1
+    chunk = jnp.sum(
+        index[..., None, :] >= cuts[..., :, None], axis=-2, dtype=jnp.int32
+    )  # [..., L]: how many cuts lie at or before each token
+    skips = jax.random.randint(
+        skip_key, batch_shape + (num_chunks - 1,), 0, max_len - length + 1
+    )
+    skips = jnp.concatenate(
+        [jnp.zeros(batch_shape + (1,), jnp.int32), jnp.sort(skips, axis=-1)], axis=-1
+    )
+    return (index + jnp.take_along_axis(skips, chunk, axis=-1)).astype(jnp.int32)

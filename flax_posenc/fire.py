@@ -1,0 +1,251 @@
+"""FIRE: functional interpolation for relative positions (Li et al., 2023).
+
+A learned function of the *progressively normalised* distance. For query ``i`` and key
+``j`` (causal: ``j <= i``)::
+
+    psi(x)      = log(c x + 1)
+    u(i, j)     = psi(i - j) / (psi(max(threshold, i)) + eps)        in [0, 1]
+    bias[h,i,j] = f(u(i, j))[h],   f(u) = W2 relu(W1 u + b1) + b2     (an MLP 1 -> W -> N)
+
+with ``c`` and ``threshold = |threshold_multiplier * init_threshold|`` learnable, as in
+the authors' code (which also takes ``|c x|``, so any real ``c`` is valid, and adds
+``eps`` to the normaliser). Distances are ``|i - j|``: keys after the query, which
+causal attention masks anyway, get the bias of the mirrored key.
+
+Because ``u`` is normalised by the query's own position, the farthest key always sits
+at ``u = 1`` whatever the length (``bias(i, 0) = f(1)`` for every ``i >= threshold``):
+the bias is *not* a function of ``i - j`` alone, so FIRE is not shift invariant
+beyond the threshold (it is below it, where the normaliser is constant).
+
+:class:`FireBias` is its tile form for :func:`flax_posenc.blockwise_attention`; the
+MLP is evaluated per tile as a fused reduction, so no ``[l, s, W]`` hidden array is
+stored.
+
+Reference: Li, You, Bhojanapalli, Li, Rawat, Reddi, Ye, Chern, Yu, Guo, Kumar,
+"Functional Interpolation for Relative Positions Improves Long Context
+Transformers", ICLR 2024 (arXiv 2310.04418), Section 3 (eq. 3 and the progressive
+interpolation that follows it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from flax_posenc._validation import (
+    check_float_array,
+    check_integer_array,
+    check_positive_float,
+)
+from flax_posenc.positions import relative_positions
+
+__all__ = [
+    "FireBias",
+    "FireParams",
+    "fire_bias",
+]
+
+
+class FireParams(NamedTuple):
+    """FIRE's learnable parameters (a pytree; the names of the modules' params).
+
+    Attributes:
+      c: floating ``[]`` or ``[N]`` (one per head), the log's slope (init 0.1).
+      threshold_multiplier: floating ``[]`` or ``[N]``; the threshold is
+        ``|threshold_multiplier * init_threshold|`` (init 1).
+      hidden_kernel: floating ``[W]``, the first layer (input width 1).
+      hidden_bias: floating ``[W]``.
+      output_kernel: floating ``[W, N]``.
+      output_bias: floating ``[N]``.
+    """
+
+    c: jax.Array
+    threshold_multiplier: jax.Array
+    hidden_kernel: jax.Array
+    hidden_bias: jax.Array
+    output_kernel: jax.Array
+    output_bias: jax.Array
+
+
+def _check_params(params: Any) -> int:
+    """Validates ``params``; returns ``N``."""
+    if not isinstance(params, FireParams):
+        raise TypeError(
+            "`params` must be a flax_posenc.FireParams, got "
+            f"{type(params).__name__}. Hint: fp.FireParams(c=..., ...), or the "
+            "parameters of flax_posenc.nnx.FIRE."
+        )
+    for name, value in params._asdict().items():
+        check_float_array(f"params.{name}", value)
+    width, heads = (tuple(params.output_kernel.shape) + (None, None))[:2]
+    if params.output_kernel.ndim != 2:
+        raise ValueError(
+            "`params.output_kernel` must be [W, N], got shape "
+            f"{tuple(params.output_kernel.shape)}."
+        )
+    expected = {
+        "hidden_kernel": (width,),
+        "hidden_bias": (width,),
+        "output_bias": (heads,),
+    }
+    for name, shape in expected.items():
+        got = tuple(getattr(params, name).shape)
+        if got != shape:
+            raise ValueError(
+                f"`params.{name}` must have shape {shape} (W = {width}, N = "
+                f"{heads} from output_kernel [W, N]), got {got}."
+            )
+    for name in ("c", "threshold_multiplier"):
+        got = tuple(getattr(params, name).shape)
+        if got not in ((), (heads,)):
+            raise ValueError(
+                f"`params.{name}` must be a scalar [] or [N] = ({heads},), got "
+                f"shape {got}."
+            )
+    return heads
+
+
+def fire_bias(
+    q_positions: jax.Array,
+    k_positions: jax.Array,
+    params: FireParams,
+    *,
+    init_threshold: float = 512.0,
+    eps: float = 1e-6,
+) -> jax.Array:
+    """The FIRE attention bias ``f(psi(|i - j|) / psi(max(threshold, i)))``.
+
+    See the module docstring for the formula. Float32; finite values and gradients
+    at every distance (``log(|c| 0 + 1) = 0``).
+
+    Args:
+      q_positions: integer ``[..., L]``, non-negative (the normaliser uses them).
+      k_positions: integer ``[..., S]``; leading dimensions broadcast with
+        ``q_positions``'s.
+      params: :class:`FireParams`.
+      init_threshold: the threshold ``L`` at ``threshold_multiplier = 1`` (the
+        authors' default 512); queries below it share one normaliser.
+      eps: added to the normaliser (the authors' 1e-6).
+
+    Returns:
+      float32 ``[..., N, L, S]``.
+
+    Raises:
+      TypeError: non-integer positions, ``params`` not a :class:`FireParams` or
+        with non-floating leaves, non-numeric ``init_threshold`` / ``eps``.
+      ValueError: parameter shapes that disagree, ``init_threshold <= 0``, ``eps <=
+        0``, positions of rank 0 or whose leading dimensions do not broadcast.
+
+    Examples:
+      >>> params = fp.FireParams(c=jnp.array(0.1), threshold_multiplier=jnp.array(1.0),
+      ...     hidden_kernel=jnp.ones(1), hidden_bias=jnp.zeros(1),
+      ...     output_kernel=jnp.ones((1, 1)), output_bias=jnp.zeros(1))
+      >>> bias = fp.fire_bias(jnp.array([100, 200]), jnp.array([0, 100]), params,
+      ...     init_threshold=4.0)
+      >>> [round(b, 4) for b in bias[0, :, 0].tolist()]  # the farthest key: f(1)
+      [1.0, 1.0]
+
+    Reference: Li et al., ICLR 2024.
+    """
+    _check_params(params)
+    init_threshold = check_positive_float("init_threshold", init_threshold)
+    eps = check_positive_float("eps", eps)
+    distance = relative_positions(q_positions, k_positions)
+    q = check_integer_array("q_positions", q_positions)
+    q = jnp.broadcast_to(q, distance.shape[:-1])
+    return _fire(distance, q, params, init_threshold, eps)
+
+
+def _fire(
+    distance: jax.Array,
+    q_positions: jax.Array,
+    params: FireParams,
+    init_threshold: float,
+    eps: float,
+) -> jax.Array:
+    """``distance`` int ``[..., L, S]`` and ``q_positions`` ``[..., L]`` -> float32
+    ``[..., N, L, S]``."""
+    f32 = _as_float32(params)
+    heads_shape = (1,) * (distance.ndim - 2) + (-1, 1, 1)
+    c = jnp.abs(f32.c).reshape(heads_shape)  # [.., 1 or N, 1, 1]
+    threshold = jnp.abs(f32.threshold_multiplier * init_threshold)
+    threshold = threshold.reshape(heads_shape)
+    d = jnp.abs(distance).astype(jnp.float32)[..., None, :, :]
+    q = q_positions.astype(jnp.float32)[..., None, :, None]
+    normaliser = jnp.log1p(c * jnp.maximum(q, threshold)) + eps
+    u = jnp.log1p(c * d) / normaliser  # [..., 1 or N, L, S]
+    # f(u)[h] = b2[h] + sum_w W2[w, h] relu(W1[w] u + b1[w]): a reduction XLA fuses
+    # with its producer, so the [..., L, S, W] hidden layer is never stored.
+    hidden = jax.nn.relu(u[..., None] * f32.hidden_kernel + f32.hidden_bias)
+    out = jnp.sum(hidden * f32.output_kernel.T[:, None, None, :], axis=-1)
+    return out + f32.output_bias[:, None, None]
+
+
+def _as_float32(params: FireParams) -> FireParams:
+    return FireParams(*(jnp.asarray(p, jnp.float32) for p in params))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class FireBias:
+    """FIRE as a :data:`flax_posenc.PositionBias`, for blockwise attention.
+
+    ``FireBias(params, init_threshold=..., eps=...)(q_positions, k_positions) ==
+    fire_bias(q_positions, k_positions, params, ...)``. A pytree whose leaves are
+    the parameters (through ``jit`` and ``grad``); the floats are static.
+
+    Attributes:
+      params: :class:`FireParams`.
+      init_threshold: as in :func:`fire_bias`.
+      eps: as in :func:`fire_bias`.
+
+    Raises:
+      As :func:`fire_bias` for the parameters and floats.
+
+    Examples:
+      >>> params = fp.FireParams(jnp.array(0.1), jnp.array(1.0), jnp.ones(8),
+      ...     jnp.zeros(8), jnp.ones((8, 4)) / 8, jnp.zeros(4))
+      >>> q = jnp.ones((1, 64, 4, 8))  # [B, L, N, H]
+      >>> fp.blockwise_attention(q, q, q, q_positions=jnp.arange(64),
+      ...     bias=fp.FireBias(params), causal=True, block_q=16, block_k=16).shape
+      (1, 64, 4, 8)
+    """
+
+    params: FireParams
+    init_threshold: float = 512.0
+    eps: float = 1e-6
+
+    def __post_init__(self):
+        _check_params(self.params)
+        init = check_positive_float("init_threshold", self.init_threshold)
+        object.__setattr__(self, "init_threshold", init)
+        object.__setattr__(self, "eps", check_positive_float("eps", self.eps))
+
+    @property
+    def num_heads(self) -> int:
+        """``N``, the MLP's output width."""
+        return self.params.output_kernel.shape[1]
+
+    def __call__(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
+        """float32 ``[..., N, L, S]``, see :func:`flax_posenc.fire_bias`."""
+        distance = relative_positions(q_positions, k_positions)
+        q = jnp.broadcast_to(jnp.asarray(q_positions), distance.shape[:-1])
+        return _fire(distance, q, self.params, self.init_threshold, self.eps)
+
+
+def _flatten(bias: FireBias) -> tuple[tuple[FireParams], tuple[float, float]]:
+    return (bias.params,), (bias.init_threshold, bias.eps)
+
+
+def _unflatten(meta: tuple[float, float], leaves: Any) -> FireBias:
+    # Bypasses __post_init__: JAX rebuilds pytrees with placeholders.
+    bias = object.__new__(FireBias)
+    object.__setattr__(bias, "params", leaves[0])
+    object.__setattr__(bias, "init_threshold", meta[0])
+    object.__setattr__(bias, "eps", meta[1])
+    return bias
+
+
+jax.tree_util.register_pytree_node(FireBias, _flatten, _unflatten)
