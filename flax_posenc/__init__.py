@@ -31,9 +31,18 @@ from flax_posenc.context_extension import ExtensionMethod as ExtensionMethod
 from flax_posenc.context_extension import RopeWavelengths as RopeWavelengths
 from flax_posenc.context_extension import extend_context as extend_context
 from flax_posenc.context_extension import rope_wavelengths as rope_wavelengths
+from flax_posenc.cope import cope_bias as cope_bias
+from flax_posenc.fire import FireBias as FireBias
+from flax_posenc.fire import FireParams as FireParams
+from flax_posenc.fire import fire_bias as fire_bias
+from flax_posenc.kerple import KerpleBias as KerpleBias
+from flax_posenc.kerple import KerpleKernel as KerpleKernel
+from flax_posenc.kerple import kerple_bias as kerple_bias
+from flax_posenc.kerple import kerple_parameters as kerple_parameters
 from flax_posenc.learned import OutOfRange as OutOfRange
 from flax_posenc.learned import learned_embedding_lookup as learned_embedding_lookup
 from flax_posenc.positions import grid_positions as grid_positions
+from flax_posenc.positions import pose_positions as pose_positions
 from flax_posenc.positions import positions_from_offsets as positions_from_offsets
 from flax_posenc.positions import (
     positions_from_padding_mask as positions_from_padding_mask,
@@ -41,6 +50,7 @@ from flax_posenc.positions import (
 from flax_posenc.positions import (
     positions_from_segment_ids as positions_from_segment_ids,
 )
+from flax_posenc.positions import randomized_positions as randomized_positions
 from flax_posenc.positions import relative_positions as relative_positions
 from flax_posenc.query_scaling import QueryScaling as QueryScaling
 from flax_posenc.query_scaling import apply_query_scaling as apply_query_scaling
@@ -122,7 +132,11 @@ __all__ = [
     "AnglePrecision",
     "DynamicNTKScaling",
     "ExtensionMethod",
+    "FireBias",
+    "FireParams",
     "HFRope",
+    "KerpleBias",
+    "KerpleKernel",
     "LayerRope",
     "LinearScaling",
     "Llama3Scaling",
@@ -157,16 +171,22 @@ __all__ = [
     "axial_rope_cos_sin",
     "blockwise_attention",
     "blockwise_attention_fn",
+    "cope_bias",
     "extend_context",
+    "fire_bias",
     "grid_positions",
     "hf_decode_seq_lens",
+    "kerple_bias",
+    "kerple_parameters",
     "learned_embedding_lookup",
     "mrope_cos_sin",
+    "pose_positions",
     "positional_attention_fn",
     "positions_from_offsets",
     "positions_from_padding_mask",
     "positions_from_segment_ids",
     "query_scale",
+    "randomized_positions",
     "read_hf_rope",
     "relative_position_bias",
     "relative_position_bucket",

@@ -20,6 +20,9 @@ from flax_posenc._embed import add_learned, add_sinusoidal, check_features
 from flax_posenc._exact_angles import AnglePrecision
 from flax_posenc._validation import check_positive_int
 from flax_posenc.alibi import alibi_bias
+from flax_posenc.cope import cope_bias
+from flax_posenc.fire import FireParams, fire_bias
+from flax_posenc.kerple import KerpleKernel, kerple_bias
 from flax_posenc.learned import OutOfRange
 from flax_posenc.relative import _check_bucket_sizes, relative_position_bias
 from flax_posenc.rope import RopeConfig, apply_rope_qk
@@ -31,7 +34,10 @@ default_relative_bias_init = nn.initializers.normal(stddev=0.02)
 
 
 __all__ = [
+    "FIRE",
     "ALiBi",
+    "CoPE",
+    "Kerple",
     "LearnedPositionalEmbedding",
     "RelativePositionBias",
     "RotaryEmbedding",
@@ -254,3 +260,179 @@ class RelativePositionBias(nn.Module):
             max_distance=self.max_distance,
         )
         return bias.astype(self.dtype or table.dtype)
+
+
+def default_kerple_init(key: jax.Array, shape, dtype=jnp.float32) -> jax.Array:
+    """Kerple's unconstrained parameters, uniform in ``[-2, 1)``: ``r1`` and the log
+    kernel's ``r2`` in ``[0.13, 1.31)``, the power kernel's ``r2`` in ``[0.24,
+    1.46)``, different per head."""
+    return jax.random.uniform(key, shape, dtype, -2.0, 1.0)
+
+
+class Kerple(nn.Module):
+    """Kerple's learned kernel bias :func:`flax_posenc.kerple_bias`, ``[..., N, L, S]``.
+
+    ``module(q_positions, k_positions=None)`` (default keys: the queries). The
+    parameters ``r1_unconstrained [N]`` and ``r2_unconstrained [N]`` map to the
+    kernel's constrained ``r1, r2`` (:func:`flax_posenc.kerple_parameters`).
+
+    Attributes:
+      num_heads: ``N``.
+      kernel: ``"log"`` or ``"power"``.
+      dtype: output dtype; None infers it (``param_dtype``).
+      param_dtype: dtype of the parameters.
+      r1_init: initializer of ``r1_unconstrained``.
+      r2_init: initializer of ``r2_unconstrained``.
+
+    Examples:
+      >>> from flax_posenc import linen as plinen
+      >>> module = plinen.Kerple(num_heads=4)
+      >>> params = module.init(jax.random.key(0), jnp.arange(6))
+      >>> module.apply(params, jnp.arange(6)).shape  # [N, L, S]
+      (4, 6, 6)
+    """
+
+    num_heads: int
+    kernel: KerpleKernel = "log"
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+    r1_init: Callable[..., jax.Array] = default_kerple_init
+    r2_init: Callable[..., jax.Array] = default_kerple_init
+
+    @nn.compact
+    def __call__(
+        self, q_positions: jax.Array, k_positions: jax.Array | None = None
+    ) -> jax.Array:
+        heads = check_positive_int("num_heads", self.num_heads)
+        r1 = self.param("r1_unconstrained", self.r1_init, (heads,), self.param_dtype)
+        r2 = self.param("r2_unconstrained", self.r2_init, (heads,), self.param_dtype)
+        k_positions = q_positions if k_positions is None else k_positions
+        bias = kerple_bias(q_positions, k_positions, r1, r2, kernel=self.kernel)
+        return bias.astype(self.dtype or r1.dtype)
+
+
+class FIRE(nn.Module):
+    """FIRE's learned bias :func:`flax_posenc.fire_bias`, ``[..., N, L, S]``.
+
+    ``module(q_positions, k_positions=None)``. Parameters (the fields of
+    :class:`flax_posenc.FireParams`): ``c`` (init 0.1), ``threshold_multiplier``
+    (init 1), and the MLP ``hidden_kernel [W]`` (normal), ``hidden_bias [W]`` (0),
+    ``output_kernel [W, N]`` (LeCun normal), ``output_bias [N]`` (0).
+
+    Attributes:
+      num_heads: ``N``.
+      mlp_width: ``W``, the hidden width (the authors' 32).
+      init_threshold: as in :func:`flax_posenc.fire_bias`.
+      eps: as in :func:`flax_posenc.fire_bias`.
+      dtype: output dtype; None infers it (``param_dtype``).
+      param_dtype: dtype of the parameters.
+
+    Examples:
+      >>> from flax_posenc import linen as plinen
+      >>> module = plinen.FIRE(num_heads=4, init_threshold=16.0)
+      >>> params = module.init(jax.random.key(0), jnp.arange(6))
+      >>> module.apply(params, jnp.arange(6)).shape  # [N, L, S]
+      (4, 6, 6)
+    """
+
+    num_heads: int
+    mlp_width: int = 32
+    init_threshold: float = 512.0
+    eps: float = 1e-6
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+
+    @nn.compact
+    def __call__(
+        self, q_positions: jax.Array, k_positions: jax.Array | None = None
+    ) -> jax.Array:
+        heads = check_positive_int("num_heads", self.num_heads)
+        width = check_positive_int("mlp_width", self.mlp_width)
+        dtype = self.param_dtype
+        params = FireParams(
+            c=self.param("c", nn.initializers.constant(0.1), (), dtype),
+            threshold_multiplier=self.param(
+                "threshold_multiplier", nn.initializers.ones, (), dtype
+            ),
+            hidden_kernel=self.param(
+                "hidden_kernel", nn.initializers.normal(1.0), (width,), dtype
+            ),
+            hidden_bias=self.param(
+                "hidden_bias", nn.initializers.zeros, (width,), dtype
+            ),
+            output_kernel=self.param(
+                "output_kernel", nn.initializers.lecun_normal(), (width, heads), dtype
+            ),
+            output_bias=self.param(
+                "output_bias", nn.initializers.zeros, (heads,), dtype
+            ),
+        )
+        k_positions = q_positions if k_positions is None else k_positions
+        bias = fire_bias(
+            q_positions,
+            k_positions,
+            params,
+            init_threshold=self.init_threshold,
+            eps=self.eps,
+        )
+        return bias.astype(self.dtype or dtype)
+
+
+class CoPE(nn.Module):
+    """CoPE's contextual position bias :func:`flax_posenc.cope_bias`.
+
+    ``module(q, k, q_positions, k_positions=None, mask=None)`` with ``q [..., L, N,
+    H]``, ``k [..., S, K, H]`` returns ``[..., N, L, S]`` to add to ``q . k`` before
+    the logit scale. The parameter ``pos_emb [num_positions, head_dim]`` (the
+    authors' name) starts at zero, as theirs.
+
+    Attributes:
+      head_dim: ``H``.
+      num_positions: ``P``, the embedded integer positions (counts clamp at
+        ``P - 1``).
+      scale: the gates' logit scale; None is ``1 / sqrt(H)``.
+      dtype: output dtype; None infers it (``param_dtype``).
+      param_dtype: dtype of ``pos_emb``.
+      embedding_init: initializer of ``pos_emb``.
+
+    Examples:
+      >>> from flax_posenc import linen as plinen
+      >>> q = jnp.ones((6, 2, 8))  # [L, N, H]
+      >>> module = plinen.CoPE(head_dim=8, num_positions=7)
+      >>> params = module.init(jax.random.key(0), q, q, jnp.arange(6))
+      >>> module.apply(params, q, q, jnp.arange(6)).shape  # [N, L, S]
+      (2, 6, 6)
+    """
+
+    head_dim: int
+    num_positions: int
+    scale: float | None = None
+    dtype: Dtype | None = None
+    param_dtype: Dtype = jnp.float32
+    embedding_init: Callable[..., jax.Array] = nn.initializers.zeros
+
+    @nn.compact
+    def __call__(
+        self,
+        q: jax.Array,
+        k: jax.Array,
+        q_positions: jax.Array,
+        k_positions: jax.Array | None = None,
+        mask: jax.Array | None = None,
+    ) -> jax.Array:
+        shape = (
+            check_positive_int("num_positions", self.num_positions),
+            check_positive_int("head_dim", self.head_dim),
+        )
+        pos_emb = self.param("pos_emb", self.embedding_init, shape, self.param_dtype)
+        k_positions = q_positions if k_positions is None else k_positions
+        bias = cope_bias(
+            q,
+            k,
+            pos_emb,
+            q_positions=q_positions,
+            k_positions=k_positions,
+            mask=mask,
+            scale=self.scale,
+        )
+        return bias.astype(self.dtype or pos_emb.dtype)

@@ -20,8 +20,15 @@ from flax.typing import Dtype
 
 from flax_posenc._embed import add_learned, add_sinusoidal
 from flax_posenc._exact_angles import AnglePrecision
-from flax_posenc._validation import check_positive_int
+from flax_posenc._validation import (
+    check_choice,
+    check_positive_float,
+    check_positive_int,
+)
 from flax_posenc.alibi import alibi_bias
+from flax_posenc.cope import cope_bias
+from flax_posenc.fire import FireParams, fire_bias
+from flax_posenc.kerple import KerpleKernel, kerple_bias
 from flax_posenc.learned import OutOfRange
 from flax_posenc.relative import _check_bucket_sizes, relative_position_bias
 from flax_posenc.rope import RopeConfig, apply_rope_qk
@@ -33,7 +40,10 @@ default_relative_bias_init = nnx.initializers.normal(stddev=0.02)
 
 
 __all__ = [
+    "FIRE",
     "ALiBi",
+    "CoPE",
+    "Kerple",
     "LearnedPositionalEmbedding",
     "RelativePositionBias",
     "RotaryEmbedding",
@@ -232,6 +242,162 @@ class RelativePositionBias(nnx.Module):
             max_distance=self.max_distance,
         )
         return bias.astype(self.dtype or table.dtype)
+
+
+def default_kerple_init(key: jax.Array, shape, dtype=jnp.float32) -> jax.Array:
+    """See :func:`flax_posenc.linen.default_kerple_init`."""
+    return jax.random.uniform(key, shape, dtype, -2.0, 1.0)
+
+
+class Kerple(nnx.Module):
+    """Kerple's learned kernel bias :func:`flax_posenc.kerple_bias`.
+
+    See :class:`flax_posenc.linen.Kerple`.
+
+    Examples:
+      >>> from flax_posenc import nnx as pnnx
+      >>> module = pnnx.Kerple(4, kernel="power", rngs=nnx.Rngs(0))
+      >>> module.r1_unconstrained.shape
+      (4,)
+      >>> module(jnp.arange(6)).shape  # [N, L, S]
+      (4, 6, 6)
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        *,
+        kernel: KerpleKernel = "log",
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        r1_init: Callable[..., jax.Array] = default_kerple_init,
+        r2_init: Callable[..., jax.Array] = default_kerple_init,
+        rngs: nnx.Rngs,
+    ):
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        check_choice("kernel", kernel, ("log", "power"))
+        self.kernel = kernel
+        self.dtype = dtype
+        shape = (self.num_heads,)
+        self.r1_unconstrained = nnx.Param(r1_init(rngs.params(), shape, param_dtype))
+        self.r2_unconstrained = nnx.Param(r2_init(rngs.params(), shape, param_dtype))
+
+    def __call__(
+        self, q_positions: jax.Array, k_positions: jax.Array | None = None
+    ) -> jax.Array:
+        k_positions = q_positions if k_positions is None else k_positions
+        r1, r2 = self.r1_unconstrained[...], self.r2_unconstrained[...]
+        bias = kerple_bias(q_positions, k_positions, r1, r2, kernel=self.kernel)
+        return bias.astype(self.dtype or r1.dtype)
+
+
+class FIRE(nnx.Module):
+    """FIRE's learned bias :func:`flax_posenc.fire_bias`.
+
+    See :class:`flax_posenc.linen.FIRE`.
+
+    Examples:
+      >>> from flax_posenc import nnx as pnnx
+      >>> module = pnnx.FIRE(4, init_threshold=16.0, rngs=nnx.Rngs(0))
+      >>> module.output_kernel.shape  # [W, N]
+      (32, 4)
+      >>> module(jnp.arange(6)).shape  # [N, L, S]
+      (4, 6, 6)
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        *,
+        mlp_width: int = 32,
+        init_threshold: float = 512.0,
+        eps: float = 1e-6,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        rngs: nnx.Rngs,
+    ):
+        heads = self.num_heads = check_positive_int("num_heads", num_heads)
+        width = self.mlp_width = check_positive_int("mlp_width", mlp_width)
+        self.init_threshold = check_positive_float("init_threshold", init_threshold)
+        self.eps = check_positive_float("eps", eps)
+        self.dtype = dtype
+        self.c = nnx.Param(jnp.full((), 0.1, param_dtype))
+        self.threshold_multiplier = nnx.Param(jnp.ones((), param_dtype))
+        self.hidden_kernel = nnx.Param(
+            nnx.initializers.normal(1.0)(rngs.params(), (width,), param_dtype)
+        )
+        self.hidden_bias = nnx.Param(jnp.zeros((width,), param_dtype))
+        self.output_kernel = nnx.Param(
+            nnx.initializers.lecun_normal()(rngs.params(), (width, heads), param_dtype)
+        )
+        self.output_bias = nnx.Param(jnp.zeros((heads,), param_dtype))
+
+    def __call__(
+        self, q_positions: jax.Array, k_positions: jax.Array | None = None
+    ) -> jax.Array:
+        k_positions = q_positions if k_positions is None else k_positions
+        params = FireParams(*(getattr(self, name)[...] for name in FireParams._fields))
+        bias = fire_bias(
+            q_positions,
+            k_positions,
+            params,
+            init_threshold=self.init_threshold,
+            eps=self.eps,
+        )
+        return bias.astype(self.dtype or params.c.dtype)
+
+
+class CoPE(nnx.Module):
+    """CoPE's contextual position bias :func:`flax_posenc.cope_bias`.
+
+    See :class:`flax_posenc.linen.CoPE`.
+
+    Examples:
+      >>> from flax_posenc import nnx as pnnx
+      >>> q = jnp.ones((6, 2, 8))  # [L, N, H]
+      >>> module = pnnx.CoPE(8, num_positions=7, rngs=nnx.Rngs(0))
+      >>> module(q, q, jnp.arange(6)).shape  # [N, L, S]
+      (2, 6, 6)
+    """
+
+    def __init__(
+        self,
+        head_dim: int,
+        *,
+        num_positions: int,
+        scale: float | None = None,
+        dtype: Dtype | None = None,
+        param_dtype: Dtype = jnp.float32,
+        embedding_init: Callable[..., jax.Array] = nnx.initializers.zeros,
+        rngs: nnx.Rngs,
+    ):
+        self.head_dim = check_positive_int("head_dim", head_dim)
+        self.num_positions = check_positive_int("num_positions", num_positions)
+        self.scale = None if scale is None else check_positive_float("scale", scale)
+        self.dtype = dtype
+        shape = (self.num_positions, self.head_dim)
+        self.pos_emb = nnx.Param(embedding_init(rngs.params(), shape, param_dtype))
+
+    def __call__(
+        self,
+        q: jax.Array,
+        k: jax.Array,
+        q_positions: jax.Array,
+        k_positions: jax.Array | None = None,
+        mask: jax.Array | None = None,
+    ) -> jax.Array:
+        k_positions = q_positions if k_positions is None else k_positions
+        pos_emb = self.pos_emb[...]
+        bias = cope_bias(
+            q,
+            k,
+            pos_emb,
+            q_positions=q_positions,
+            k_positions=k_positions,
+            mask=mask,
+            scale=self.scale,
+        )
+        return bias.astype(self.dtype or pos_emb.dtype)
 
 
 class _InitSignature:
