@@ -57,6 +57,20 @@ from flax_posenc.query_scaling import apply_query_scaling as apply_query_scaling
 from flax_posenc.query_scaling import query_scale as query_scale
 from flax_posenc.relative import relative_position_bias as relative_position_bias
 from flax_posenc.relative import relative_position_bucket as relative_position_bucket
+from flax_posenc.ring_attention import (
+    inverse_load_balanced_permutation as inverse_load_balanced_permutation,
+)
+from flax_posenc.ring_attention import (
+    load_balanced_permutation as load_balanced_permutation,
+)
+from flax_posenc.ring_attention import ring_attention as ring_attention
+from flax_posenc.ring_attention import ring_attention_fn as ring_attention_fn
+from flax_posenc.ring_attention import (
+    sharded_kv_cache_attention as sharded_kv_cache_attention,
+)
+from flax_posenc.ring_attention import (
+    sharded_ring_attention as sharded_ring_attention,
+)
 from flax_posenc.rope import RopeConfig as RopeConfig
 from flax_posenc.rope import RopeLayout as RopeLayout
 from flax_posenc.rope import RopeTables as RopeTables
@@ -176,9 +190,11 @@ __all__ = [
     "fire_bias",
     "grid_positions",
     "hf_decode_seq_lens",
+    "inverse_load_balanced_permutation",
     "kerple_bias",
     "kerple_parameters",
     "learned_embedding_lookup",
+    "load_balanced_permutation",
     "mrope_cos_sin",
     "pose_positions",
     "positional_attention_fn",
@@ -191,6 +207,8 @@ __all__ = [
     "relative_position_bias",
     "relative_position_bucket",
     "relative_positions",
+    "ring_attention",
+    "ring_attention_fn",
     "rope_config_from_hf",
     "rope_cos_sin",
     "rope_frequencies",
@@ -198,6 +216,8 @@ __all__ = [
     "rope_rotate",
     "rope_shift",
     "rope_wavelengths",
+    "sharded_kv_cache_attention",
+    "sharded_ring_attention",
     "sinusoidal_encoding",
     "sinusoidal_inv_freq",
     "sinusoidal_table",

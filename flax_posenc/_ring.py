@@ -1,0 +1,287 @@
+"""Ring attention's unchecked core (see :mod:`flax_posenc.ring_attention`).
+
+Runs inside ``shard_map`` on one device's shards. :func:`attention` passes the key /
+value block (with its positions and segment ids) ``n - 1`` times around the ring
+(``ppermute`` from device ``i`` to ``i + 1``) and feeds each block that arrives to
+the blockwise kernel's :func:`flax_posenc._blockwise.accumulate`, carrying the
+online softmax's statistics between blocks. Its gradient is a ``custom_vjp``: the
+forward keeps only the local inputs, the output and the row log-sum-exp; the
+backward sends the key/value blocks around the ring once more, each with its
+``dk``/``dv`` accumulator (which then takes one more step home), and recomputes each
+block's tiles with the final log-sum-exp (flash attention's backward), so no device
+ever holds more than two key/value blocks and its own query block. :func:`decode`
+attends a query against a sequence-sharded cache and merges the devices' statistics
+with one all-gather.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flax_posenc import _blockwise
+from flax_posenc._blockwise import Bias, Blocks, Stats
+
+
+def axis_size(axis_name: Any) -> int:
+    """The size of a bound mesh axis (NameError when unbound)."""
+    size = getattr(jax.lax, "axis_size", None)
+    if size is not None:
+        return int(size(axis_name))
+    return int(jax.lax.psum(1, axis_name))  # jax < 0.6: folded to a constant
+
+
+def ring_permutation(size: int) -> list[tuple[int, int]]:
+    """``ppermute``'s pairs: device ``i`` sends to ``i + 1``."""
+    return [(i, (i + 1) % size) for i in range(size)]
+
+
+def split_bias(bias: Bias | None) -> tuple[list[jax.Array], Callable[[list], Any]]:
+    """The bias's array leaves (differentiable, e.g. a T5 table) and a function that
+    rebuilds the bias from them; other leaves stay as they are."""
+    leaves, treedef = jax.tree_util.tree_flatten(bias)
+    is_array = [hasattr(x, "shape") and hasattr(x, "dtype") for x in leaves]
+    arrays = [x for x, a in zip(leaves, is_array, strict=True) if a]
+
+    def rebuild(new_arrays: list) -> Any:
+        it = iter(new_arrays)
+        merged = [next(it) if a else x for x, a in zip(leaves, is_array, strict=True)]
+        return jax.tree_util.tree_unflatten(treedef, merged)
+
+    return arrays, rebuild
+
+
+def may_attend(blocks: Blocks) -> jax.Array | None:
+    """Whether any query of ``blocks`` may attend any key of its key block: False
+    when causal and every key is later than every query, or when the segment-id
+    ranges do not overlap; None when nothing can rule a block out."""
+    terms = []
+    qp, kp = blocks.q_positions, blocks.k_positions
+    qs, ks = blocks.q_segment_ids, blocks.k_segment_ids
+    if blocks.causal and qp is not None and kp is not None:
+        terms.append(kp.min(-1) <= qp.max(-1))
+    if qs is not None and ks is not None:
+        terms.append((ks.min(-1) <= qs.max(-1)) & (qs.min(-1) <= ks.max(-1)))
+    if not terms:
+        return None
+    keep = terms[0]
+    for term in terms[1:]:
+        keep = keep & term
+    return jnp.any(keep)
+
+
+def attention(
+    blocks: Blocks, bias: Bias | None, axis_name: Any, precision: Any
+) -> jax.Array:
+    """Ring attention of prepared local blocks, ``[..., L, N, Hv]`` in q's dtype."""
+    size = axis_size(axis_name)
+    if size == 1:
+        return _blockwise.online_softmax(blocks, bias, precision)
+    arrays, rebuild = split_bias(bias)
+    ring = functools.partial(
+        _ring, blocks, rebuild, axis_name, size, precision
+    )  # static parts closed over; arrays are arguments
+    return ring(
+        blocks.q,
+        blocks.k,
+        blocks.v,
+        blocks.q_positions,
+        blocks.k_positions,
+        blocks.q_segment_ids,
+        blocks.k_segment_ids,
+        arrays,
+    )
+
+
+def _ring(blocks, rebuild, axis_name, size, precision, *operands):
+    """``custom_vjp`` over the operands; ``blocks`` gives the static fields."""
+
+    def with_operands(operands: tuple) -> tuple[Blocks, Any]:
+        q, k, v, qp, kp, qs, ks, arrays = operands
+        new = blocks._replace(
+            q=q, k=k, v=v, q_positions=qp, k_positions=kp, q_segment_ids=qs,
+            k_segment_ids=ks,
+        )  # fmt: skip
+        return new, rebuild(arrays)
+
+    @jax.custom_vjp
+    def ring(*operands):
+        return forward(*operands)[0]
+
+    def forward(*operands):
+        local, bias = with_operands(operands)
+        stats = _forward_stats(local, bias, axis_name, size, precision)
+        out = _blockwise.normalise(stats, local.q.dtype)
+        out = _blockwise.from_stats_layout(local, out)
+        safe = jnp.where(stats.denominator == 0.0, 1.0, stats.denominator)
+        lse = jnp.where(
+            stats.denominator == 0.0, -jnp.inf, stats.row_max + jnp.log(safe)
+        )
+        return out, (operands, out, lse)
+
+    def backward(residuals, d_out):
+        operands, out, lse = residuals
+        local, _ = with_operands(operands)
+        grads = _backward(
+            local, rebuild, operands[-1], axis_name, size, precision, out, lse, d_out
+        )
+        d_q, d_k, d_v, d_arrays = grads
+        return (
+            d_q,
+            d_k,
+            d_v,
+            *(_int_zeros(x) for x in operands[3:7]),
+            d_arrays,
+        )
+
+    ring.defvjp(forward, backward)
+    return ring(*operands)
+
+
+def _int_zeros(x: jax.Array | None) -> Any:
+    """The (float0) cotangent of an integer operand."""
+    return None if x is None else np.zeros(x.shape, jax.dtypes.float0)
+
+
+def _with_keys(blocks: Blocks, kv: tuple) -> Blocks:
+    k, v, kp, ks = kv
+    return blocks._replace(k=k, v=v, k_positions=kp, k_segment_ids=ks)
+
+
+def _forward_stats(
+    blocks: Blocks, bias: Bias | None, axis_name: Any, size: int, precision: Any
+) -> Stats:
+    """The statistics after every device's key/value block: ``size - 1`` permutes
+    of each of k, v (and their positions and segment ids)."""
+    perm = ring_permutation(size)
+
+    def step(stats: Stats, kv: tuple) -> Stats:
+        current = _with_keys(blocks, kv)
+        update = lambda s: _blockwise.accumulate(current, bias, precision, s)
+        allowed = may_attend(current)
+        if allowed is None:
+            return update(stats)
+        return jax.lax.cond(allowed, update, lambda s: s, stats)  # skip masked
+
+    def body(_, carry):
+        stats, kv = carry
+        incoming = jax.lax.ppermute(kv, axis_name, perm)  # overlaps the step
+        return step(stats, kv), incoming
+
+    kv = (blocks.k, blocks.v, blocks.k_positions, blocks.k_segment_ids)
+    stats, kv = jax.lax.fori_loop(
+        0, size - 1, body, (_blockwise.init_stats(blocks), kv)
+    )
+    return step(stats, kv)
+
+
+def _backward(
+    blocks: Blocks,
+    rebuild: Callable[[list], Any],
+    arrays: list,
+    axis_name: Any,
+    size: int,
+    precision: Any,
+    out: jax.Array,
+    lse: jax.Array,
+    d_out: jax.Array,
+) -> tuple[jax.Array, jax.Array, jax.Array, list]:
+    """``(dq, dk, dv, d_bias_arrays)`` by the transposed ring.
+
+    With the final log-sum-exp ``lse`` fixed, ``out = sum_j exp(s_j - lse) v_j``
+    per key block ``j``; the gradient of the logits is ``p (d_out . v - D)`` with
+    ``D = d_out . out``, i.e. the VJP of ``(sum_j p_j v_j, sum_j p_j)`` (both by
+    the blockwise kernel, started at ``row_max = lse``) at ``(d_out, -D)``.
+    """
+    f32 = jnp.float32
+    layout = jax.ShapeDtypeStruct(lse.shape + (out.shape[-1],), f32)
+    to_stats = jax.linear_transpose(
+        functools.partial(_blockwise.from_stats_layout, blocks), layout
+    )
+    rows = jax.linear_transpose(
+        functools.partial(_blockwise.from_stats_layout, blocks),
+        jax.ShapeDtypeStruct(lse.shape, f32),
+    )
+    (d_acc,) = to_stats(d_out.astype(f32))
+    (d_denominator,) = rows(-jnp.sum(d_out.astype(f32) * out.astype(f32), axis=-1))
+    start = Stats(lse, jnp.zeros_like(lse), jnp.zeros(layout.shape, f32))
+
+    def sums(q, k, v, arrays, kp, ks):
+        current = _with_keys(blocks._replace(q=q), (k, v, kp, ks))
+        stats = _blockwise.accumulate(current, rebuild(arrays), precision, start)
+        return stats.acc, stats.denominator
+
+    def step(carry, kv):
+        d_q, d_kv, d_arrays = carry
+        k, v, kp, ks = kv
+
+        def grads(_):
+            tile = lambda q, k, v, a: sums(q, k, v, a, kp, ks)
+            _, vjp = jax.vjp(tile, blocks.q, k, v, arrays)
+            return vjp((d_acc, d_denominator))
+
+        zeros = lambda _: jax.tree_util.tree_map(
+            jnp.zeros_like, (blocks.q, k, v, arrays)
+        )
+        allowed = may_attend(_with_keys(blocks, kv))
+        if allowed is None:
+            g_q, g_k, g_v, g_arrays = grads(None)
+        else:
+            g_q, g_k, g_v, g_arrays = jax.lax.cond(allowed, grads, zeros, None)
+        d_kv = (d_kv[0] + g_k.astype(f32), d_kv[1] + g_v.astype(f32))
+        d_arrays = jax.tree_util.tree_map(jnp.add, d_arrays, g_arrays)
+        return d_q + g_q.astype(f32), d_kv, d_arrays
+
+    perm = ring_permutation(size)
+
+    def body(_, carry):
+        grads, kv = carry
+        grads = step(grads, kv)
+        moved = jax.lax.ppermute((kv, grads[1]), axis_name, perm)
+        return (grads[0], moved[1], grads[2]), moved[0]
+
+    kv = (blocks.k, blocks.v, blocks.k_positions, blocks.k_segment_ids)
+    init = (
+        jnp.zeros(blocks.q.shape, f32),
+        (jnp.zeros(blocks.k.shape, f32), jnp.zeros(blocks.v.shape, f32)),
+        jax.tree_util.tree_map(jnp.zeros_like, arrays),
+    )
+    grads, kv = jax.lax.fori_loop(0, size - 1, body, (init, kv))
+    d_q, d_kv, d_arrays = step(grads, kv)
+    d_k, d_v = jax.lax.ppermute(d_kv, axis_name, perm)  # the last step home
+    return (
+        d_q.astype(blocks.q.dtype),
+        d_k.astype(blocks.k.dtype),
+        d_v.astype(blocks.v.dtype),
+        d_arrays,
+    )
+
+
+def decode(
+    blocks: Blocks, bias: Bias | None, axis_name: Any, precision: Any
+) -> jax.Array:
+    """Queries (the same on every device) against this device's slice of a cache;
+    the partial ``(max, sum, acc)`` of all devices merged with one all-gather."""
+    stats = _blockwise.accumulate(
+        blocks, bias, precision, _blockwise.init_stats(blocks)
+    )
+    packed = jnp.concatenate(
+        [stats.acc, stats.row_max[..., None], stats.denominator[..., None]], axis=-1
+    )
+    every = jax.lax.all_gather(packed, axis_name)  # [n, ..., Hv + 2]: one collective
+    acc, row_max, denominator = every[..., :-2], every[..., -2], every[..., -1]
+    top = jnp.max(row_max, axis=0)
+    shift = jnp.where(top == -jnp.inf, 0.0, top)
+    weight = jnp.exp(row_max - shift)  # 0 for a device with no key for a row
+    merged = Stats(
+        top,
+        jnp.sum(denominator * weight, axis=0),
+        jnp.sum(acc * weight[..., None], axis=0),
+    )
+    out = _blockwise.normalise(merged, blocks.q.dtype)
+    return _blockwise.from_stats_layout(blocks, out)

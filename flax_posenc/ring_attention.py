@@ -1,0 +1,768 @@
+"""Context parallelism: attention over a sequence sharded across devices (a ring).
+
+With the sequence split over a mesh axis of ``n`` devices, each device keeps its
+query block and its key/value block; the key/value blocks travel the ring
+(``jax.lax.ppermute``, device ``i`` to ``i + 1``), ``n - 1`` steps, each carrying its
+positions and segment ids. Every block that arrives is attended with the kernel of
+:func:`flax_posenc.blockwise_attention` (the same online softmax and the same
+per-tile biases computed from global positions), so no device ever holds an
+``[N, L, S]`` bias or the full K/V::
+
+    device i, step t:  stats_i = online_softmax(stats_i, q_i, k_{i-t}, v_{i-t},
+                                                bias(q_pos_i, k_pos_{i-t}))
+    out_i = acc_i / denominator_i                          after n blocks
+
+Ring steps whose block is fully masked (causal: every key later than every query;
+disjoint segment ids) are skipped, as are fully masked tiles inside a step. The
+gradient runs the transposed ring (the key/value blocks go round again with their
+``dk``/``dv`` accumulators) and recomputes tiles from the forward's log-sum-exp, so
+memory per device stays ``O(L / n)``.
+
+Positions are global (a shard's positions are its tokens' positions in the whole
+sequence), so RoPE, ALiBi and T5 buckets need no special case, packed segments may
+cross shard boundaries, and a load-balanced causal layout
+(:func:`load_balanced_permutation`) is a permutation of tokens that the positions
+follow.
+
+* :func:`ring_attention` runs inside ``jax.shard_map`` on local shards, given the
+  axis name.
+* :func:`sharded_ring_attention` takes global ``[B, L, N, H]`` arrays and a mesh.
+* :func:`ring_attention_fn` is the same as a Flax ``attention_fn``.
+* :func:`sharded_kv_cache_attention` decodes against a cache split over the axis,
+  merging the devices' partial softmax statistics with one collective.
+
+Reference: Liu, Zaharia and Abbeel, "Ring Attention with Blockwise Transformers for
+Near-Infinite Context", 2023; Brandon et al., "Striped Attention", 2023 (load
+balance); Dao et al., "FlashAttention", 2022.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+from flax_posenc import _blockwise, _ring
+from flax_posenc._validation import (
+    check_integer_array,
+    check_positive_int,
+    check_rope_config,
+)
+from flax_posenc.blockwise import PositionBias
+from flax_posenc.rope import RopeConfig, apply_rope_qk
+from flax_posenc.rope_scaling import SeqLen
+
+__all__ = [
+    "inverse_load_balanced_permutation",
+    "load_balanced_permutation",
+    "ring_attention",
+    "ring_attention_fn",
+    "sharded_kv_cache_attention",
+    "sharded_ring_attention",
+]
+
+
+def ring_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    axis_name: str,
+    q_positions: jax.Array | None = None,
+    k_positions: jax.Array | None = None,
+    bias: PositionBias | None = None,
+    rope: RopeConfig | None = None,
+    seq_len: SeqLen = None,
+    causal: bool = False,
+    q_segment_ids: jax.Array | None = None,
+    k_segment_ids: jax.Array | None = None,
+    scale: float | None = None,
+    block_q: int = 512,
+    block_k: int = 512,
+    precision: Any = None,
+) -> jax.Array:
+    """Ring attention inside ``jax.shard_map``: this device's queries against every
+    device's keys.
+
+    Called on the local shards of a sequence split over mesh axis ``axis_name``
+    (``n`` devices): the result equals :func:`flax_posenc.blockwise_attention` of
+    the gathered arrays, rows of this device's queries (see the module docstring).
+    Options mean what they mean there; positions and segment ids are this shard's
+    values of the *global* ones (never ``arange`` of the shard).
+
+    RoPE: with ``rope``, q and k are rotated here at their positions. For dynamic NTK
+    and LongRoPE, ``seq_len=None`` means the *global* ``max(positions) + 1``, the
+    maximum over the ring axis (one scalar all-reduce); a shard-local length cannot
+    happen. Give ``seq_len`` (static: no collective) when other mesh axes split the
+    batch and the unsharded run uses the whole batch's maximum.
+
+    Args:
+      q: floating ``[..., L, N, H]``, this device's query block.
+      k: floating ``[..., S, K, H]``, its key block (``N`` a multiple of ``K``).
+      v: floating ``[..., S, K, Hv]``.
+      axis_name: the mesh axis that splits the sequence (bound by ``shard_map``).
+      q_positions: integer ``[..., L]``, global positions; required with ``bias``,
+        ``rope`` or ``causal``.
+      k_positions: integer ``[..., S]``; None means ``q_positions``.
+      bias: a :data:`flax_posenc.PositionBias` (:class:`flax_posenc.AlibiBias`,
+        :class:`flax_posenc.RelativeBias`, ...). Its array leaves (a T5 table) get
+        gradients; a plain function's closed-over arrays do not.
+      rope: a :class:`flax_posenc.RopeConfig` applied to q and k first, or None.
+      seq_len: for dynamic NTK and LongRoPE (see above).
+      causal: mask keys at later positions, ``k_pos > q_pos``.
+      q_segment_ids: integer ``[..., L]``; packing, padding as its own id.
+      k_segment_ids: integer ``[..., S]``; None means ``q_segment_ids``.
+      scale: the logit scale; None means ``1 / sqrt(H)``.
+      block_q: query rows per tile.
+      block_k: keys per tile.
+      precision: ``jax.lax.Precision`` of the matmuls.
+
+    Returns:
+      ``[..., L, N, Hv]`` in q's dtype, this device's rows.
+
+    Raises:
+      TypeError: what :func:`flax_posenc.blockwise_attention` rejects; a non-str
+        ``axis_name``; a ``rope`` that is not a :class:`flax_posenc.RopeConfig`.
+      ValueError: what :func:`flax_posenc.blockwise_attention` rejects; an
+        ``axis_name`` not bound by an enclosing ``shard_map``; ``rope`` without
+        ``q_positions``.
+
+    Examples:
+      >>> P, AxisType = jax.sharding.PartitionSpec, jax.sharding.AxisType
+      >>> mesh = jax.make_mesh((8,), ("seq",), axis_types=(AxisType.Auto,))
+      >>> def attend(q, positions):
+      ...     return fp.ring_attention(q, q, q, axis_name="seq",
+      ...         q_positions=positions, bias=fp.AlibiBias(4), causal=True)
+      >>> ring = jax.shard_map(attend, mesh=mesh, in_specs=(P(None, "seq"), P("seq")),
+      ...     out_specs=P(None, "seq"), check_vma=False)
+      >>> q = jnp.ones((1, 64, 4, 16))  # [B, L, N, H]
+      >>> ring(q, jnp.arange(64)).shape
+      (1, 64, 4, 16)
+    """
+    _check_axis_name(axis_name, bound=True)
+    rotation = _check_rope(rope, q_positions, seq_len)
+    options = _blockwise.check_options(
+        bias=bias, causal=causal, scale=scale, block_q=block_q, block_k=block_k
+    )
+    arrays = _blockwise.check_arrays(
+        q,
+        k,
+        v,
+        bias=bias,
+        causal=options.causal,
+        q_positions=q_positions,
+        k_positions=k_positions,
+        q_segment_ids=q_segment_ids,
+        k_segment_ids=k_segment_ids,
+        mask=None,
+    )
+    return _local_ring(
+        q, k, v, arrays, bias, rotation, options, axis_name, precision, True
+    )
+
+
+class _Rotation(NamedTuple):
+    config: RopeConfig | None
+    seq_len: SeqLen
+
+
+def _check_axis_name(axis_name: Any, *, bound: bool) -> None:
+    if not isinstance(axis_name, str):
+        raise TypeError(
+            f"`axis_name` must be a mesh axis name (str), got {axis_name!r}. Hint: "
+            'the axis that splits the sequence, e.g. axis_name="seq".'
+        )
+    if bound:
+        try:
+            _ring.axis_size(axis_name)
+        except NameError:
+            raise ValueError(
+                f"`axis_name` {axis_name!r} is not bound: ring_attention runs inside "
+                "jax.shard_map over a mesh with that axis. Hint: "
+                "fp.sharded_ring_attention(q, k, v, mesh=mesh, axis_name=...) takes "
+                "global arrays."
+            ) from None
+
+
+def _check_rope(rope: Any, q_positions: Any, seq_len: Any) -> _Rotation:
+    if rope is not None:
+        check_rope_config("rope", rope, RopeConfig)
+        if q_positions is None:
+            raise ValueError(
+                "`q_positions` is required with `rope`: the global position of "
+                "every token of the shard."
+            )
+    return _Rotation(rope, seq_len)
+
+
+def _local_ring(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    arrays: _blockwise.Arrays,
+    bias: PositionBias | None,
+    rotation: _Rotation,
+    options: _blockwise.Options,
+    axis_name: str,
+    precision: Any,
+    global_seq_len: bool,
+) -> jax.Array:
+    """RoPE (with the ring's global ``seq_len``), then the ring, on local shards."""
+    config, seq_len = rotation
+    if config is not None:
+        qp = arrays.q_positions
+        kp = qp if arrays.k_positions is None else arrays.k_positions
+        if seq_len is None and config.depends_on_seq_len and global_seq_len:
+            local = jnp.maximum(jnp.max(qp), jnp.max(kp))
+            seq_len = jax.lax.pmax(local, axis_name) + 1  # the global length
+        q, k = apply_rope_qk(q, k, qp, config, k_positions=kp, seq_len=seq_len)
+    blocks = _blockwise.prepare(q, k, v, arrays, options)
+    return _ring.attention(blocks, bias, axis_name, precision)
+
+
+def sharded_ring_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    mesh: Mesh,
+    axis_name: str,
+    batch_axis: str | None = None,
+    q_positions: jax.Array | None = None,
+    k_positions: jax.Array | None = None,
+    bias: PositionBias | None = None,
+    rope: RopeConfig | None = None,
+    seq_len: SeqLen = None,
+    causal: bool = False,
+    q_segment_ids: jax.Array | None = None,
+    k_segment_ids: jax.Array | None = None,
+    scale: float | None = None,
+    block_q: int = 512,
+    block_k: int = 512,
+    precision: Any = None,
+) -> jax.Array:
+    """Ring attention of global arrays, the sequence split over ``mesh``'s
+    ``axis_name``.
+
+    The thin wrapper around :func:`ring_attention`: ``jax.shard_map`` with q/k/v
+    ``[B, L, N, H]`` split as ``P(batch_axis, axis_name)``, positions and segment
+    ids with them, the bias's arrays replicated. Equals
+    :func:`flax_posenc.blockwise_attention` of the same arguments within float32
+    rounding. Under ``jit`` the inputs may arrive with any sharding (the partitioner
+    moves them); give them this layout to avoid the move.
+
+    RoPE: ``seq_len=None`` for dynamic NTK / LongRoPE is the global
+    ``max(positions) + 1`` (of the whole batch, as unsharded).
+
+    Args:
+      q: floating ``[B, L, N, H]``, ``L`` a multiple of the axis size ``n``.
+      k: floating ``[B, S, K, H]``, ``S`` a multiple of ``n``.
+      v: floating ``[B, S, K, Hv]``.
+      mesh: the ``jax.sharding.Mesh``.
+      axis_name: the mesh axis that splits the sequence.
+      batch_axis: a mesh axis that splits the batch too (data parallel), or None.
+      q_positions: integer ``[L]`` or ``[B, L]`` (``[1, L]``), global positions.
+      k_positions: integer ``[S]`` or ``[B, S]``; None means ``q_positions``.
+      bias: a :data:`flax_posenc.PositionBias`, or None.
+      rope: a :class:`flax_posenc.RopeConfig` applied to q and k first, or None.
+      seq_len: for dynamic NTK and LongRoPE; None: the global length.
+      causal: mask keys at later positions.
+      q_segment_ids: integer ``[L]`` or ``[B, L]``.
+      k_segment_ids: integer ``[S]`` or ``[B, S]``; None means ``q_segment_ids``.
+      scale: the logit scale; None means ``1 / sqrt(H)``.
+      block_q: query rows per tile (of a shard).
+      block_k: keys per tile.
+      precision: ``jax.lax.Precision`` of the matmuls.
+
+    Returns:
+      ``[B, L, N, Hv]`` in q's dtype, sharded like q.
+
+    Raises:
+      TypeError: what :func:`ring_attention` rejects; a ``mesh`` that is not a
+        ``jax.sharding.Mesh``.
+      ValueError: what :func:`ring_attention` rejects; q/k/v not of rank 4; an
+        axis not in the mesh; ``L``, ``S`` or ``B`` not divisible by their axis.
+
+    Examples:
+      T5 buckets over 8 devices, packed segments across shard boundaries:
+
+      >>> mesh = jax.make_mesh((8,), ("seq",))
+      >>> q = jnp.ones((2, 64, 4, 16))  # [B, L, N, H]
+      >>> out = fp.sharded_ring_attention(q, q, q, mesh=mesh, axis_name="seq",
+      ...     q_positions=jnp.arange(64) % 24, q_segment_ids=jnp.arange(64) // 24,
+      ...     bias=fp.RelativeBias(jnp.zeros((32, 4))), block_q=8, block_k=8)
+      >>> out.shape
+      (2, 64, 4, 16)
+    """
+    checked = _check_sharded(
+        q,
+        k,
+        v,
+        mesh=mesh,
+        axis_name=axis_name,
+        batch_axis=batch_axis,
+        q_positions=q_positions,
+        k_positions=k_positions,
+        bias=bias,
+        rope=rope,
+        seq_len=seq_len,
+        causal=causal,
+        q_segment_ids=q_segment_ids,
+        k_segment_ids=k_segment_ids,
+        scale=scale,
+        block_q=block_q,
+        block_k=block_k,
+    )
+    return _run_sharded(q, k, v, checked, precision)
+
+
+class _Sharded(NamedTuple):
+    """The checked arguments of the mesh wrappers."""
+
+    mesh: Mesh
+    axis_name: str
+    batch_axis: str | None
+    arrays: _blockwise.Arrays
+    bias: PositionBias | None
+    rotation: _Rotation
+    options: _blockwise.Options
+
+
+def _check_sharded(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    mesh: Any,
+    axis_name: Any,
+    batch_axis: Any,
+    q_positions: Any,
+    k_positions: Any,
+    bias: Any,
+    rope: Any,
+    seq_len: Any,
+    causal: Any,
+    q_segment_ids: Any,
+    k_segment_ids: Any,
+    scale: Any,
+    block_q: Any,
+    block_k: Any,
+) -> _Sharded:
+    if not isinstance(mesh, Mesh):
+        raise TypeError(
+            f"`mesh` must be a jax.sharding.Mesh, got {type(mesh).__name__}. Hint: "
+            'jax.make_mesh((n,), ("seq",)).'
+        )
+    _check_axis_name(axis_name, bound=False)
+    for name, axis in (("axis_name", axis_name), ("batch_axis", batch_axis)):
+        if axis is not None and axis not in mesh.axis_names:
+            raise ValueError(
+                f"`{name}` must be an axis of the mesh {tuple(mesh.axis_names)}, got "
+                f"{axis!r}."
+            )
+    if batch_axis == axis_name:
+        raise ValueError(
+            f"`batch_axis` must differ from `axis_name`, both are {axis_name!r}."
+        )
+    rotation = _check_rope(rope, q_positions, seq_len)
+    options = _blockwise.check_options(
+        bias=bias, causal=causal, scale=scale, block_q=block_q, block_k=block_k
+    )
+    arrays = _blockwise.check_arrays(
+        q,
+        k,
+        v,
+        bias=bias,
+        causal=options.causal,
+        q_positions=q_positions,
+        k_positions=k_positions,
+        q_segment_ids=q_segment_ids,
+        k_segment_ids=k_segment_ids,
+        mask=None,
+    )
+    if q.ndim != 4:
+        raise ValueError(
+            f"`q`, `k`, `v` must be [B, L, N, H] for a mesh, got rank {q.ndim} "
+            f"(shape {q.shape}). Hint: reshape the leading axes into B, or call "
+            "ring_attention inside your own shard_map."
+        )
+    size = mesh.shape[axis_name]
+    for name, length in (("L", q.shape[1]), ("S", k.shape[1])):
+        if length % size:
+            raise ValueError(
+                f"{name} = {length} must be a multiple of the size of axis "
+                f"{axis_name!r} ({size}). Hint: pad the sequence to a multiple of "
+                f"{size} and give the padding its own segment id."
+            )
+    if batch_axis is not None and q.shape[0] % mesh.shape[batch_axis]:
+        raise ValueError(
+            f"B = {q.shape[0]} must be a multiple of the size of `batch_axis` "
+            f"{batch_axis!r} ({mesh.shape[batch_axis]})."
+        )
+    for name in ("q_positions", "k_positions", "q_segment_ids", "k_segment_ids"):
+        ids = getattr(arrays, name)
+        if ids is not None and ids.ndim > 2:
+            raise ValueError(
+                f"`{name}` must be [L] or [B, L] for a mesh, got shape {ids.shape}."
+            )
+    return _Sharded(mesh, axis_name, batch_axis, arrays, bias, rotation, options)
+
+
+def _run_sharded(
+    q: jax.Array, k: jax.Array, v: jax.Array, checked: _Sharded, precision: Any
+) -> jax.Array:
+    """``shard_map`` of :func:`_local_ring` over checked global arrays."""
+    mesh, axis, batch_axis, arrays, bias, rotation, options = checked
+    config, seq_len = rotation
+    if config is not None and config.depends_on_seq_len and seq_len is None:
+        qp = arrays.q_positions
+        kp = qp if arrays.k_positions is None else arrays.k_positions
+        seq_len = jnp.maximum(jnp.max(qp), jnp.max(kp)) + 1  # global, under jit
+    bias_arrays, rebuild = _ring.split_bias(bias)
+    operands = {"q": q, "k": k, "v": v, "bias": bias_arrays}
+    specs = {"q": P(batch_axis, axis), "k": P(batch_axis, axis)}
+    specs |= {"v": P(batch_axis, axis), "bias": P()}
+    for name, ids in arrays._asdict().items():
+        if ids is not None:
+            operands[name] = ids
+            rows = batch_axis if ids.ndim == 2 and ids.shape[0] > 1 else None
+            specs[name] = P(axis) if ids.ndim == 1 else P(rows, axis)
+    if seq_len is not None and getattr(seq_len, "ndim", 0):
+        raise ValueError(
+            "A per-token `seq_len` is not supported on a mesh; give an int or None."
+        )
+    if seq_len is not None and not isinstance(seq_len, int):
+        operands["seq_len"], specs["seq_len"] = jnp.asarray(seq_len), P()
+
+    def local(operands: dict) -> jax.Array:
+        shard = _blockwise.Arrays(
+            *(operands.get(name) for name in _blockwise.Arrays._fields)
+        )
+        length = operands.get("seq_len", seq_len)
+        return _local_ring(
+            operands["q"],
+            operands["k"],
+            operands["v"],
+            shard,
+            rebuild(operands["bias"]),
+            _Rotation(config, length),
+            options,
+            axis,
+            precision,
+            False,
+        )
+
+    operands = {name: _place(x, mesh, specs[name]) for name, x in operands.items()}
+    mapped = jax.shard_map(
+        local,
+        mesh=mesh,
+        in_specs=(specs,),
+        out_specs=P(batch_axis, axis),
+        check_vma=False,
+    )
+    return mapped(operands)
+
+
+def _place(x: Any, mesh: Mesh, spec: Any) -> Any:
+    """``x`` (a pytree) resharded to ``spec`` where the mesh has ``Explicit`` axes
+    (sharding in types: shard_map then takes only inputs of its specs)."""
+    explicit = getattr(jax.sharding.AxisType, "Explicit", None)
+    if explicit is None or explicit not in tuple(getattr(mesh, "axis_types", ())):
+        return x  # Auto axes: shard_map's inputs are resharded by the partitioner
+    reshard = getattr(jax, "reshard", None) or jax.sharding.reshard
+    sharding = jax.sharding.NamedSharding(mesh, spec)
+    return jax.tree_util.tree_map(lambda leaf: reshard(leaf, sharding), x)
+
+
+def ring_attention_fn(
+    *,
+    mesh: Mesh,
+    axis_name: str,
+    q_positions: jax.Array,
+    k_positions: jax.Array | None = None,
+    batch_axis: str | None = None,
+    bias: PositionBias | None = None,
+    rope: RopeConfig | None = None,
+    seq_len: SeqLen = None,
+    causal: bool = False,
+    q_segment_ids: jax.Array | None = None,
+    k_segment_ids: jax.Array | None = None,
+    scale: float | None = None,
+    block_q: int = 512,
+    block_k: int = 512,
+) -> Callable[..., jax.Array]:
+    """A Flax ``attention_fn`` that runs ring attention with the sequence sharded.
+
+    The drop-in for ``nnx.MultiHeadAttention`` / ``linen.MultiHeadDotProductAttention``
+    under a mesh: ``attn(q, k, v, ...) = sharded_ring_attention(q, k, v, mesh=mesh,
+    axis_name=axis_name, ...)`` with the options given here (see
+    :func:`sharded_ring_attention`); the module's projections stay ordinary sharded
+    matmuls, and attention is the only place that communicates. Use it under
+    ``jax.jit`` with the activations sharded ``P(batch_axis, axis_name)``.
+
+    Args:
+      mesh: the ``jax.sharding.Mesh``.
+      axis_name: the mesh axis that splits the sequence.
+      q_positions: integer ``[L]`` or ``[B, L]``, global positions.
+      k_positions: integer ``[S]`` or ``[B, S]``; None means ``q_positions``.
+      batch_axis: a mesh axis that splits the batch too, or None.
+      bias: a :data:`flax_posenc.PositionBias`, or None.
+      rope: a :class:`flax_posenc.RopeConfig` applied to q and k first, or None.
+      seq_len: for dynamic NTK and LongRoPE; None: the global length.
+      causal: mask keys at later positions; Flax's ``is_causal=True`` means the same.
+      q_segment_ids: integer ``[L]`` or ``[B, L]``, packed segments and padding.
+      k_segment_ids: integer ``[S]`` or ``[B, S]``; None means ``q_segment_ids``.
+      scale: the logit scale; None means ``1 / sqrt(H)``.
+      block_q: query rows per tile.
+      block_k: keys per tile.
+
+    Returns:
+      A function with the keywords of Flax's ``dot_product_attention``.
+
+    Raises:
+      ValueError: no ``q_positions``; what :func:`sharded_ring_attention` rejects;
+        (when called) a ``mask`` (say padding and packing with segment ids, and
+        causal with ``causal``), dropout with ``deterministic=False``, or
+        ``sow_weights=True``.
+      TypeError: what :func:`sharded_ring_attention` rejects.
+
+    Examples:
+      >>> mesh = jax.make_mesh((8,), ("seq",))
+      >>> attention = flax.linen.MultiHeadDotProductAttention(
+      ...     num_heads=4, attention_fn=fp.ring_attention_fn(mesh=mesh,
+      ...         axis_name="seq", q_positions=jnp.arange(64),
+      ...         bias=fp.AlibiBias(4), causal=True, block_q=8, block_k=8))
+      >>> x = jnp.ones((1, 64, 32))  # [B, L, D]
+      >>> params = attention.init(jax.random.key(0), x)
+      >>> attention.apply(params, x).shape
+      (1, 64, 32)
+    """
+    if q_positions is None:
+        raise ValueError(
+            "`q_positions` is required: ring attention computes its bias and causal "
+            "mask from the global positions."
+        )
+    _check_axis_name(axis_name, bound=False)
+    if not isinstance(mesh, Mesh):
+        raise TypeError(
+            f"`mesh` must be a jax.sharding.Mesh, got {type(mesh).__name__}. Hint: "
+            'jax.make_mesh((n,), ("seq",)).'
+        )
+    settings = {
+        "mesh": mesh,
+        "axis_name": axis_name,
+        "batch_axis": batch_axis,
+        "q_positions": check_integer_array("q_positions", q_positions),
+        "k_positions": k_positions,
+        "bias": bias,
+        "rope": rope,
+        "seq_len": seq_len,
+        "causal": causal,
+        "q_segment_ids": q_segment_ids,
+        "k_segment_ids": k_segment_ids,
+        "scale": scale,
+        "block_q": block_q,
+        "block_k": block_k,
+    }
+    _blockwise.check_options(
+        bias=bias, causal=causal, scale=scale, block_q=block_q, block_k=block_k
+    )
+    _check_rope(rope, q_positions, seq_len)
+
+    def attend(
+        query: jax.Array,
+        key: jax.Array,
+        value: jax.Array,
+        mask: jax.Array | None = None,
+        dropout_rng: jax.Array | None = None,
+        dropout_rate: float = 0.0,
+        broadcast_dropout: bool = True,
+        deterministic: bool = False,
+        dtype: Any = None,
+        precision: Any = None,
+        module: Any = None,
+        is_causal: bool = False,
+    ) -> jax.Array:
+        """``sharded_ring_attention(query, key, value, ...)``."""
+        del dropout_rng, broadcast_dropout
+        if mask is not None:
+            raise ValueError(
+                f"Ring attention takes no `mask` array, got shape {mask.shape}: it "
+                "would need the whole [L, S] on every device. Hint: causal=True for "
+                "a causal mask, q_segment_ids for packing and padding."
+            )
+        if dropout_rate > 0.0 and not deterministic:
+            raise ValueError(
+                f"Ring attention has no dropout, got dropout_rate={dropout_rate} "
+                "with deterministic=False. Hint: dropout_rate=0.0."
+            )
+        if module is not None:
+            raise ValueError(
+                "Ring attention forms no attention weights to sow; use "
+                "sow_weights=False."
+            )
+        if dtype is not None:
+            query, key, value = (x.astype(dtype) for x in (query, key, value))
+        options = dict(settings, causal=settings["causal"] or is_causal)
+        checked = _check_sharded(query, key, value, **options)
+        return _run_sharded(query, key, value, checked, precision)
+
+    return attend
+
+
+def sharded_kv_cache_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    axis_name: str,
+    q_positions: jax.Array | None = None,
+    k_positions: jax.Array | None = None,
+    bias: PositionBias | None = None,
+    causal: bool = False,
+    mask: jax.Array | None = None,
+    scale: float | None = None,
+    block_k: int = 512,
+    precision: Any = None,
+) -> jax.Array:
+    """Decoding against a KV cache split over a mesh axis, inside ``jax.shard_map``.
+
+    Every device holds the same queries (a decode step: ``L = 1``, or a short
+    chunk) and its slice of the cache ``k, v [..., S / n, K, H]`` with those slots'
+    positions. Each device attends its slice blockwise; the partial ``(max, sum,
+    acc)`` statistics of the ``n`` devices are merged with one all-gather
+    (``O(n L N Hv)`` floats, never the cache), and every device returns the full
+    result, equal to :func:`flax_posenc.blockwise_attention` over the whole cache.
+
+    Args:
+      q: floating ``[..., L, N, H]``, the same on every device of the axis.
+      k: floating ``[..., S_local, K, H]``, this device's cache slots.
+      v: floating ``[..., S_local, K, Hv]``.
+      axis_name: the mesh axis that splits the cache.
+      q_positions: integer ``[..., L]``, the new tokens' positions; required with
+        ``bias`` or ``causal``.
+      k_positions: integer ``[..., S_local]``, these slots' positions; None means
+        ``q_positions`` (then ``S_local == L``).
+      bias: a :data:`flax_posenc.PositionBias`, or None.
+      causal: mask keys at later positions.
+      mask: bool or 0/1 numeric, broadcastable to ``[..., N, L, S_local]``, this
+        slice's mask (e.g. slots not written yet).
+      scale: the logit scale; None means ``1 / sqrt(H)``.
+      block_k: cache slots per tile.
+      precision: ``jax.lax.Precision`` of the matmuls.
+
+    Returns:
+      ``[..., L, N, Hv]`` in q's dtype, the same on every device.
+
+    Raises:
+      TypeError: what :func:`flax_posenc.blockwise_attention` rejects; a non-str
+        ``axis_name``.
+      ValueError: what :func:`flax_posenc.blockwise_attention` rejects; an unbound
+        ``axis_name``.
+
+    Examples:
+      >>> P, AxisType = jax.sharding.PartitionSpec, jax.sharding.AxisType
+      >>> mesh = jax.make_mesh((8,), ("seq",), axis_types=(AxisType.Auto,))
+      >>> def step(q, k, slots):
+      ...     return fp.sharded_kv_cache_attention(q, k, k, axis_name="seq",
+      ...         q_positions=jnp.array([40]), k_positions=slots, causal=True)
+      >>> decode = jax.shard_map(step, mesh=mesh,
+      ...     in_specs=(P(), P(None, "seq"), P("seq")), out_specs=P(), check_vma=False)
+      >>> k = jnp.ones((1, 64, 2, 16))  # [B, S, K, H]: 8 slots per device
+      >>> decode(jnp.ones((1, 1, 4, 16)), k, jnp.arange(64)).shape
+      (1, 1, 4, 16)
+    """
+    _check_axis_name(axis_name, bound=True)
+    options = _blockwise.check_options(
+        bias=bias, causal=causal, scale=scale, block_q=512, block_k=block_k
+    )
+    arrays = _blockwise.check_arrays(
+        q,
+        k,
+        v,
+        bias=bias,
+        causal=options.causal,
+        q_positions=q_positions,
+        k_positions=k_positions,
+        q_segment_ids=None,
+        k_segment_ids=None,
+        mask=mask,
+    )
+    blocks = _blockwise.prepare(q, k, v, arrays, options)
+    return _ring.decode(blocks, bias, axis_name, precision)
+
+
+def load_balanced_permutation(seq_len: int, num_shards: int) -> np.ndarray:
+    """The token order that balances causal ring attention over ``num_shards``.
+
+    Cut the sequence into ``2 n`` chunks; device ``i`` holds chunks ``i`` and
+    ``2 n - 1 - i``, so every device has one early and one late chunk and the same
+    number of unmasked causal tiles (``2 n + 1`` chunk pairs each, instead of ``1``
+    for the first device and ``2 n - 1`` for the last with a plain split).
+    Permute tokens *and their positions* (and segment ids, targets, ...) with it
+    before sharding; causal masks and biases follow from the positions, so nothing
+    else changes. :func:`inverse_load_balanced_permutation` undoes it.
+
+    Args:
+      seq_len: ``L``, a multiple of ``2 * num_shards``.
+      num_shards: ``n``, the size of the ring axis.
+
+    Returns:
+      int ``[L]`` indices: ``x_balanced = jnp.take(x, perm, axis=1)`` for ``[B, L,
+      ...]``.
+
+    Raises:
+      TypeError: non-int arguments.
+      ValueError: non-positive arguments, ``seq_len`` not a multiple of
+        ``2 * num_shards``.
+
+    Examples:
+      >>> fp.load_balanced_permutation(8, 2).tolist()  # chunks 0, 3 | 1, 2
+      [0, 1, 6, 7, 2, 3, 4, 5]
+    """
+    chunk = _check_balance(seq_len, num_shards)
+    order = [c for i in range(num_shards) for c in (i, 2 * num_shards - 1 - i)]
+    return (np.asarray(order)[:, None] * chunk + np.arange(chunk)).reshape(-1)
+
+
+def inverse_load_balanced_permutation(seq_len: int, num_shards: int) -> np.ndarray:
+    """The inverse of :func:`load_balanced_permutation`: ``x ==
+    jnp.take(x_balanced, inverse, axis=1)``.
+
+    Args:
+      seq_len: ``L``, a multiple of ``2 * num_shards``.
+      num_shards: ``n``, the size of the ring axis.
+
+    Returns:
+      int ``[L]`` indices.
+
+    Raises:
+      TypeError: non-int arguments.
+      ValueError: as :func:`load_balanced_permutation`.
+
+    Examples:
+      >>> fp.inverse_load_balanced_permutation(8, 2).tolist()
+      [0, 1, 4, 5, 6, 7, 2, 3]
+    """
+    chunk = _check_balance(seq_len, num_shards)
+    order = [c for i in range(num_shards) for c in (i, 2 * num_shards - 1 - i)]
+    perm = (np.asarray(order)[:, None] * chunk + np.arange(chunk)).reshape(-1)
+    return np.argsort(perm)
+
+
+def _check_balance(seq_len: Any, num_shards: Any) -> int:
+    seq_len = check_positive_int("seq_len", seq_len)
+    num_shards = check_positive_int("num_shards", num_shards)
+    if seq_len % (2 * num_shards):
+        raise ValueError(
+            f"`seq_len` ({seq_len}) must be a multiple of 2 * num_shards "
+            f"({2 * num_shards}): two chunks per device. Hint: pad the sequence to "
+            f"{-(-seq_len // (2 * num_shards)) * 2 * num_shards} tokens with a "
+            "padding segment id."
+        )
+    return seq_len // (2 * num_shards)
