@@ -277,7 +277,7 @@ def decode(
     acc, row_max, denominator = every[..., :-2], every[..., -2], every[..., -1]
     top = jnp.max(row_max, axis=0)
     shift = jnp.where(top == -jnp.inf, 0.0, top)
-    weight = jnp.exp(row_max - shift)  # 0 for a device with no key for a row
+    weight = jnp.exp(row_max - shift[None])  # 0 for a device with no key for a row
     merged = Stats(
         top,
         jnp.sum(denominator * weight, axis=0),

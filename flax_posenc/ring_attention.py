@@ -134,7 +134,8 @@ def ring_attention(
 
     Examples:
       >>> P, AxisType = jax.sharding.PartitionSpec, jax.sharding.AxisType
-      >>> mesh = jax.make_mesh((8,), ("seq",), axis_types=(AxisType.Auto,))
+      >>> mesh = jax.make_mesh((jax.device_count(),), ("seq",),
+      ...     axis_types=(AxisType.Auto,))
       >>> def attend(q, positions):
       ...     return fp.ring_attention(q, q, q, axis_name="seq",
       ...         q_positions=positions, bias=fp.AlibiBias(4), causal=True)
@@ -291,7 +292,7 @@ def sharded_ring_attention(
     Examples:
       T5 buckets over 8 devices, packed segments across shard boundaries:
 
-      >>> mesh = jax.make_mesh((8,), ("seq",))
+      >>> mesh = jax.make_mesh((jax.device_count(),), ("seq",))
       >>> q = jnp.ones((2, 64, 4, 16))  # [B, L, N, H]
       >>> out = fp.sharded_ring_attention(q, q, q, mesh=mesh, axis_name="seq",
       ...     q_positions=jnp.arange(64) % 24, q_segment_ids=jnp.arange(64) // 24,
@@ -532,7 +533,7 @@ def ring_attention_fn(
       TypeError: what :func:`sharded_ring_attention` rejects.
 
     Examples:
-      >>> mesh = jax.make_mesh((8,), ("seq",))
+      >>> mesh = jax.make_mesh((jax.device_count(),), ("seq",))
       >>> attention = flax.linen.MultiHeadDotProductAttention(
       ...     num_heads=4, attention_fn=fp.ring_attention_fn(mesh=mesh,
       ...         axis_name="seq", q_positions=jnp.arange(64),
@@ -667,13 +668,14 @@ def sharded_kv_cache_attention(
 
     Examples:
       >>> P, AxisType = jax.sharding.PartitionSpec, jax.sharding.AxisType
-      >>> mesh = jax.make_mesh((8,), ("seq",), axis_types=(AxisType.Auto,))
+      >>> mesh = jax.make_mesh((jax.device_count(),), ("seq",),
+      ...     axis_types=(AxisType.Auto,))
       >>> def step(q, k, slots):
       ...     return fp.sharded_kv_cache_attention(q, k, k, axis_name="seq",
       ...         q_positions=jnp.array([40]), k_positions=slots, causal=True)
       >>> decode = jax.shard_map(step, mesh=mesh,
       ...     in_specs=(P(), P(None, "seq"), P("seq")), out_specs=P(), check_vma=False)
-      >>> k = jnp.ones((1, 64, 2, 16))  # [B, S, K, H]: 8 slots per device
+      >>> k = jnp.ones((1, 64, 2, 16))  # [B, S, K, H], S split over the devices
       >>> decode(jnp.ones((1, 1, 4, 16)), k, jnp.arange(64)).shape
       (1, 1, 4, 16)
     """
