@@ -179,9 +179,14 @@ def _fire(
     u = jnp.log1p(c * d) / normaliser  # [..., 1 or N, L, S]
     # f(u)[h] = b2[h] + sum_w W2[w, h] relu(W1[w] u + b1[w]): a reduction XLA fuses
     # with its producer, so the [..., L, S, W] hidden layer is never stored.
-    hidden = jax.nn.relu(u[..., None] * f32.hidden_kernel + f32.hidden_bias)
-    out = jnp.sum(hidden * f32.output_kernel.T[:, None, None, :], axis=-1)
-    return out + f32.output_bias[:, None, None]
+    lead = (1,) * (u.ndim - 3)
+    width = f32.hidden_kernel.shape[0]
+    w1 = f32.hidden_kernel.reshape((1,) * u.ndim + (width,))
+    b1 = f32.hidden_bias.reshape((1,) * u.ndim + (width,))
+    w2 = f32.output_kernel.T.reshape(lead + (-1, 1, 1, width))
+    hidden = jax.nn.relu(u[..., None] * w1 + b1)  # [..., 1 or N, L, S, W]
+    out = jnp.sum(hidden * w2, axis=-1)  # [..., N, L, S]
+    return out + f32.output_bias.reshape(lead + (-1, 1, 1))
 
 
 def _as_float32(params: FireParams) -> FireParams:

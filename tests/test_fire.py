@@ -1,0 +1,154 @@
+"""FIRE (Li et al. 2023): the float64 formula, the property it has (a function of
+the progressively normalised distance: shift invariant below the threshold, the
+farthest key pinned at f(1) beyond it) and the one it lacks (shift invariance past
+the threshold, which testing.assert_shift_invariance catches), blockwise == dense,
+finite gradients at distance 0, linen == nnx."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import length_reference as ref
+import numpy as np
+import pytest
+from flax import nnx
+
+import flax_posenc as fp
+from flax_posenc import linen as pl
+from flax_posenc import nnx as pn
+from flax_posenc import testing
+
+W, N = 8, 3
+
+
+def params(c=0.3, multiplier=1.0, seed=0):
+    keys = jax.random.split(jax.random.key(seed), 4)
+    return fp.FireParams(
+        c=jnp.array(c),
+        threshold_multiplier=jnp.array(multiplier),
+        hidden_kernel=jax.random.normal(keys[0], (W,)),
+        hidden_bias=jax.random.normal(keys[1], (W,)) * 0.1,
+        output_kernel=jax.random.normal(keys[2], (W, N)),
+        output_bias=jax.random.normal(keys[3], (N,)),
+    )
+
+
+def reference(p, q_pos, k_pos, init_threshold):
+    return ref.fire(
+        q_pos,
+        k_pos,
+        p.c,
+        float(p.threshold_multiplier) * init_threshold,
+        *(np.asarray(x, np.float64) for x in p[2:]),
+    )
+
+
+@pytest.mark.parametrize("c, multiplier", [(0.3, 1.0), (-0.1, -2.5)])
+def test_matches_the_paper_in_float64(c, multiplier):
+    p = params(c, multiplier)
+    q_pos = np.array([0, 1, 5, 16, 100, 4000])
+    k_pos = np.array([0, 1, 5, 16, 99])
+    got = jax.jit(fp.fire_bias, static_argnames="init_threshold")(
+        q_pos, k_pos, p, init_threshold=16.0
+    )
+    assert got.shape == (N, 6, 5) and got.dtype == jnp.float32
+    np.testing.assert_allclose(got, reference(p, q_pos, k_pos, 16.0), atol=2e-5)
+
+
+def test_farthest_key_is_pinned_at_f_of_one_beyond_the_threshold():
+    """u(i, 0) = 1 for every query past the threshold, whatever the length: the
+    property that makes FIRE's bias length-independent at the far end."""
+    p = params()
+    q_pos = jnp.array([16, 100, 1000, 10**5])
+    bias = fp.fire_bias(q_pos, jnp.array([0]), p, init_threshold=16.0)[:, :, 0]
+    f_one = np.asarray(reference(p, [1], [0], 1.0)[:, 0, 0])  # u = log(1+c)/log(1+c)
+    # up to eps = 1e-6 in the normaliser: u = 1 - eps / psi(i)
+    np.testing.assert_allclose(bias, np.repeat(f_one[:, None], 4, axis=1), atol=1e-4)
+    same = fp.fire_bias(q_pos, q_pos, p, init_threshold=16.0)
+    diagonal = np.asarray(same)[:, np.arange(4), np.arange(4)]
+    f_zero = reference(p, [0], [0], 1.0)[:, 0, 0]  # u = 0 on the diagonal
+    np.testing.assert_allclose(
+        diagonal, np.repeat(f_zero[:, None], 4, axis=1), atol=1e-5
+    )
+
+
+def shift_check(p, positions, offsets, init_threshold):
+    every = np.concatenate([positions + o for o in [0, *offsets]])
+    rotate = ref.BiasAsRotation(
+        lambda q, k: fp.fire_bias(q, k, p, init_threshold=init_threshold), every, N
+    )
+    q = jnp.ones((len(positions), N, rotate.features))
+    k = jnp.ones((len(positions), 1, rotate.features))
+    testing.assert_shift_invariance(rotate, q, k, positions, offsets, rtol=1e-4)
+
+
+def test_shift_invariant_below_the_threshold():
+    shift_check(params(), np.arange(6), [3, 20], init_threshold=64.0)
+
+
+def test_shift_invariance_helper_fails_beyond_the_threshold():
+    with pytest.raises(AssertionError, match="depends on absolute positions"):
+        shift_check(params(), np.arange(6) + 20, [50], init_threshold=4.0)
+
+
+def test_gradients_finite_at_distance_zero():
+    p = params()
+
+    def loss(p):
+        return jnp.sum(
+            fp.fire_bias(jnp.arange(6), jnp.arange(6), p, init_threshold=3.0)
+        )
+
+    grads = jax.jit(jax.grad(loss))(p)
+    chex.assert_tree_all_finite(grads)
+    assert float(grads.c) != 0 and float(grads.threshold_multiplier) != 0
+
+
+def test_blockwise_equals_dense_and_no_retrace():
+    q = jax.random.normal(jax.random.key(0), (1, 48, N, 8))
+    positions = jnp.arange(48)
+    bias = fp.FireBias(params(), init_threshold=8.0)
+    chex.clear_trace_counter()
+
+    @jax.jit
+    @chex.assert_max_traces(n=1)
+    def run(q, positions, bias):
+        return fp.blockwise_attention(
+            q,
+            q,
+            q,
+            q_positions=positions,
+            bias=bias,
+            causal=True,
+            block_q=16,
+            block_k=16,
+        )
+
+    for offset in (0, 100):
+        got = run(q, positions + offset, bias)
+        dense = fp.fire_bias(
+            positions + offset, positions + offset, params(), init_threshold=8.0
+        )
+        mask = positions[None, :] <= positions[:, None]
+        want = jax.nn.dot_product_attention(q, q, q, bias=dense[None], mask=mask)
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+def test_linen_equals_nnx_with_copied_parameters():
+    positions = jnp.arange(7)[None]
+    linen_module = pl.FIRE(N, mlp_width=W, init_threshold=4.0)
+    variables = linen_module.init(jax.random.key(0), positions)
+    assert set(variables["params"]) == set(fp.FireParams._fields)
+    nnx_module = pn.FIRE(N, mlp_width=W, init_threshold=4.0, rngs=nnx.Rngs(3))
+    for name, value in variables["params"].items():
+        getattr(nnx_module, name)[...] = value
+    got_nnx = nnx.jit(lambda m, p: m(p))(nnx_module, positions)
+    got_linen = jax.jit(linen_module.apply)(variables, positions)
+    np.testing.assert_allclose(got_linen, got_nnx, rtol=1e-6, atol=1e-7)
+    assert got_nnx.shape == (1, N, 7, 7)
+
+
+def test_bfloat16_parameters():
+    module = pn.FIRE(2, param_dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
+    out = module(jnp.arange(5))
+    assert out.dtype == jnp.bfloat16
+    chex.assert_tree_all_finite(out)
