@@ -141,7 +141,7 @@ def describe(config: fp.RopeConfig) -> str:
     )
     return (
         f"RopeConfig(head_dim={config.head_dim}, theta={config.theta:g}, "
-        f"rotary_dim={config.rotary_dim}, layout={config.layout!r}, "
+        f"rotary_dim={config.rotated_features}, layout={config.layout!r}, "
         f"scaling={type(scaling).__name__}({fields}))"
     )
 

@@ -383,7 +383,7 @@ def checkpoints(root: pathlib.Path = CHECKPOINTS) -> list[pathlib.Path]:
 def describe(config: Config) -> str:
     rope = config.rope
     scaling = "none" if rope.scaling is None else type(rope.scaling).__name__
-    return f"{rope.layout}, {rope.rotary_dim}/{rope.head_dim} dims, {scaling}"
+    return f"{rope.layout}, {rope.rotated_features}/{rope.head_dim} dims, {scaling}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

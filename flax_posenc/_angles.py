@@ -1,9 +1,11 @@
-"""The one place angles are formed: float32 positions times float32 frequencies."""
+"""The one place angles are formed: float32 positions times float32 frequencies,
+and the plain RoPE frequencies they start from."""
 
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def position_angles(positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
@@ -26,3 +28,8 @@ def position_angles(positions: jax.Array, inv_freq: jax.Array) -> jax.Array:
         (1,) * (positions.ndim - inv_freq.ndim) + inv_freq.shape
     )
     return positions * inv_freq
+
+
+def default_inv_freq(theta: float, rotary_dim: int) -> np.ndarray:
+    """``theta^(-2i/R)`` for ``i < R/2`` in float64 (round to float32 once, later)."""
+    return theta ** -(np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.core import Tracer
+
+_T = TypeVar("_T")
 
 
 def check_positive_int(name: str, value: Any) -> int:
@@ -126,7 +128,7 @@ def check_rope_config(name: str, value: Any, config_type: type) -> None:
     )
 
 
-def check_choice(name: str, value: Any, choices: Collection[str]) -> str:
+def check_choice(name: str, value: Any, choices: Collection[_T]) -> _T:
     """Raises unless ``value`` is one of ``choices``."""
     if value not in choices:
         expected = ", ".join(repr(c) for c in choices)
@@ -243,3 +245,96 @@ def check_heads_array(name: str, x: Any, head_dim: int) -> None:
             f"got shape {shape}."
         )
     check_float_array(name, x)
+
+
+def check_rotary_dim(rotary_dim: Any, head: int, head_name: str) -> int:
+    """``rotary_dim`` as an int, or raises unless it is even, positive and at most
+    ``head`` (named ``head_name`` in the message)."""
+    rotary_dim = check_positive_int("rotary_dim", rotary_dim)
+    if rotary_dim % 2 or rotary_dim > head:
+        raise ValueError(
+            f"`rotary_dim` must be even and <= {head_name} ({head}), got {rotary_dim}."
+        )
+    return rotary_dim
+
+
+def check_seq_len(
+    seq_len: Any, positions_name: str = "positions", positions_shape: Any = None
+) -> Any:
+    """None, a positive int, or an integer array (traced or not) of per-token lengths
+    whose shape obeys the positions rule for ``positions_shape`` when given."""
+    if seq_len is None:
+        return None
+    if isinstance(seq_len, (int, np.integer)) and not isinstance(seq_len, bool):
+        return check_positive_int("seq_len", seq_len)
+    dtype = getattr(seq_len, "dtype", None)
+    if dtype is None and not isinstance(seq_len, (str, bytes, bool)):
+        dtype = np.asarray(seq_len).dtype  # a list of per-token lengths
+    if dtype is None or not jnp.issubdtype(dtype, jnp.integer):
+        shown = f"dtype {dtype}" if hasattr(seq_len, "dtype") else repr(seq_len)
+        raise TypeError(
+            "`seq_len` must be a positive int, an int scalar or an integer array of "
+            f"per-token lengths, got {shown} ({type(seq_len).__name__}). Hint: "
+            "seq_len=<the sequence length> (e.g. 4096), or None for "
+            "max(positions) + 1."
+        )
+    seq_len = check_integer_array("seq_len", seq_len)
+    if positions_shape is not None and seq_len.ndim:
+        if not obeys_positions_rule(seq_len.shape, tuple(positions_shape)):
+            raise ValueError(
+                f"A per-token `seq_len` must have the shape of {positions_name} "
+                f"{tuple(positions_shape)} (leading axes may broadcast), got shape "
+                f"{seq_len.shape}."
+            )
+    return seq_len
+
+
+def check_bucket_sizes(num_buckets: Any, max_distance: Any, bidirectional: Any) -> int:
+    """Validates T5's bucket hyper-parameters; returns the buckets per direction."""
+    if not isinstance(bidirectional, (bool, np.bool_)):
+        raise TypeError(f"`bidirectional` must be a bool, got {bidirectional!r}.")
+    num_buckets = check_positive_int("num_buckets", num_buckets)
+    max_distance = check_positive_int("max_distance", max_distance)
+    if bidirectional and num_buckets % 2:
+        raise ValueError(
+            "`num_buckets` must be even when bidirectional=True (half of the buckets "
+            f"per direction), got {num_buckets}."
+        )
+    buckets = num_buckets // 2 if bidirectional else num_buckets
+    if buckets < 2:
+        raise ValueError(
+            f"`num_buckets` must give >= 2 buckets per direction, got {num_buckets} "
+            f"with bidirectional={bidirectional}."
+        )
+    if max_distance <= buckets // 2:
+        raise ValueError(
+            f"`max_distance` must exceed the {buckets // 2} exact buckets per "
+            f"direction (num_buckets={num_buckets}, bidirectional={bidirectional}), "
+            f"got {max_distance}."
+        )
+    return buckets
+
+
+def check_position_pairs(
+    q_positions: Any, k_positions: Any
+) -> tuple[jax.Array, jax.Array]:
+    """Integer ``[..., L]`` and ``[..., S]`` whose leading (batch) axes broadcast."""
+    pairs = []
+    for name, value in (("q_positions", q_positions), ("k_positions", k_positions)):
+        value = check_integer_array(name, value)
+        if value.ndim < 1:
+            raise ValueError(
+                f"`{name}` must be [..., L] (rank >= 1), got shape "
+                f"{tuple(value.shape)}."
+            )
+        pairs.append(value)
+    q_positions, k_positions = pairs
+    try:
+        np.broadcast_shapes(q_positions.shape[:-1], k_positions.shape[:-1])
+    except ValueError:
+        raise ValueError(
+            "The leading dimensions of `q_positions` [..., L] and `k_positions` "
+            "[..., S] must broadcast, got shapes "
+            f"{tuple(q_positions.shape)} and {tuple(k_positions.shape)}."
+        ) from None
+    return q_positions, k_positions

@@ -21,8 +21,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flax_posenc._validation import check_positive_int
-from flax_posenc.positions import relative_positions
+from flax_posenc._offsets import offsets
+from flax_posenc._validation import check_position_pairs, check_positive_int
 
 __all__ = [
     "alibi_bias",
@@ -55,7 +55,11 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
     Reference: Press, Smith, Lewis, "Train Short, Test Long: Attention with Linear
     Biases Enables Input Length Extrapolation", ICLR 2022.
     """
-    num_heads = check_positive_int("num_heads", num_heads)
+    return _slopes(check_positive_int("num_heads", num_heads))
+
+
+def _slopes(num_heads: int) -> np.ndarray:
+    """:func:`alibi_slopes` of a checked ``num_heads``."""
     power = 1 << (num_heads.bit_length() - 1)  # closest power of two <= num_heads
     exponents = 8.0 * np.arange(1, power + 1, dtype=np.float64) / power
     extra = 8.0 * np.arange(1, 2 * (num_heads - power), 2, dtype=np.float64)
@@ -94,8 +98,8 @@ def alibi_bias(
 
     Reference: Press et al., ICLR 2022.
     """
-    slopes = alibi_slopes(num_heads)
-    distance = jnp.abs(relative_positions(q_positions, k_positions))
+    slopes = _slopes(check_positive_int("num_heads", num_heads))
+    distance = jnp.abs(offsets(*check_position_pairs(q_positions, k_positions)))
     distance = distance.astype(jnp.float32)[..., None, :, :]
     slopes = jnp.asarray(slopes).reshape((1,) * (distance.ndim - 3) + (-1, 1, 1))
     return -slopes * distance

@@ -37,9 +37,13 @@ from typing import Any
 import jax
 
 from flax_posenc import _blockwise
-from flax_posenc._validation import check_float_array, check_positive_int
+from flax_posenc._validation import (
+    check_bucket_sizes,
+    check_float_array,
+    check_positive_int,
+)
 from flax_posenc.alibi import alibi_bias
-from flax_posenc.relative import _check_bucket_sizes, relative_position_bias
+from flax_posenc.relative import relative_position_bias
 
 __all__ = [
     "AlibiBias",
@@ -120,7 +124,7 @@ class RelativeBias:
         if len(shape) != 2:
             raise ValueError(f"`table` must be [num_buckets, N], got shape {shape}.")
         check_float_array("table", self.table)
-        _check_bucket_sizes(shape[0], self.max_distance, self.bidirectional)
+        check_bucket_sizes(shape[0], self.max_distance, self.bidirectional)
 
     @property
     def num_heads(self) -> int:

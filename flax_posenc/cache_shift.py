@@ -12,13 +12,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from flax_posenc import _rope
 from flax_posenc._validation import (
     check_heads_array,
     check_integer_array,
     check_positions,
     check_rope_config,
+    check_seq_len,
 )
-from flax_posenc.rope import RopeConfig, _check_seq_len, _unit_cos_sin, rope_rotate
+from flax_posenc.rope import RopeConfig
 from flax_posenc.rope_scaling import SeqLen
 
 __all__ = ["rope_shift"]
@@ -77,11 +79,12 @@ def rope_shift(
             "the seq_len the keys were rotated with (apply_rope's default, "
             "max(positions) + 1, is not known here). Pass seq_len=..."
         )
-    seq_len = _check_seq_len(seq_len)
+    seq_len = check_seq_len(seq_len)
     if delta.ndim == 0:
         delta = jnp.broadcast_to(delta, k.shape[-3:-2])
     delta = check_positions("delta", delta, "k.shape[:-2]", k.shape[:-2])
     if getattr(seq_len, "ndim", 0) > delta.ndim:  # a per-key seq_len with batch axes
         delta = jnp.broadcast_to(delta, k.shape[:-2])
-    cos, sin, _ = _unit_cos_sin(delta, config, seq_len, "delta")  # no attention factor
-    return rope_rotate(k, cos, sin, layout=config.layout)
+    check_seq_len(seq_len, "delta", delta.shape)
+    cos, sin, _ = _rope.unit_cos_sin(delta, config, seq_len)  # no attention factor
+    return _rope.rotate(k, cos, sin, config.layout)

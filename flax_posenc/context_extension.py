@@ -21,6 +21,7 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
+from flax_posenc import _rope
 from flax_posenc._validation import (
     check_choice,
     check_length,
@@ -28,7 +29,7 @@ from flax_posenc._validation import (
     check_positive_int,
     check_rope_config,
 )
-from flax_posenc.rope import RopeConfig, rope_frequencies
+from flax_posenc.rope import RopeConfig
 from flax_posenc.rope_scaling import (
     DynamicNTKScaling,
     LinearScaling,
@@ -220,9 +221,7 @@ def rope_wavelengths(
             "original_max_position_embeddings to count rotations in. Pass the "
             "length, e.g. seq_len=4096."
         )
-    inv_freq = np.asarray(
-        rope_frequencies(config, seq_len=seq_len).inv_freq, np.float64
-    )
+    inv_freq = np.asarray(_rope.frequencies(config, seq_len)[0], np.float64)
     with np.errstate(divide="ignore"):
         wavelength = 2 * math.pi / inv_freq
     return RopeWavelengths(wavelength, length / wavelength, length)

@@ -18,13 +18,13 @@ from flax.typing import Dtype
 
 from flax_posenc._embed import add_learned, add_sinusoidal, check_features
 from flax_posenc._exact_angles import AnglePrecision
-from flax_posenc._validation import check_positive_int
+from flax_posenc._validation import check_bucket_sizes, check_positive_int
 from flax_posenc.alibi import alibi_bias
 from flax_posenc.cope import cope_bias
 from flax_posenc.fire import FireParams, fire_bias
 from flax_posenc.kerple import KerpleKernel, kerple_bias
 from flax_posenc.learned import OutOfRange
-from flax_posenc.relative import _check_bucket_sizes, relative_position_bias
+from flax_posenc.relative import relative_position_bias
 from flax_posenc.rope import RopeConfig, apply_rope_qk
 from flax_posenc.rope_scaling import SeqLen
 from flax_posenc.sinusoidal import SinusoidalLayout, SinusoidalSpacing
@@ -244,7 +244,7 @@ class RelativePositionBias(nn.Module):
         self, q_positions: jax.Array, k_positions: jax.Array | None = None
     ) -> jax.Array:
         check_positive_int("num_heads", self.num_heads)
-        _check_bucket_sizes(self.num_buckets, self.max_distance, self.bidirectional)
+        check_bucket_sizes(self.num_buckets, self.max_distance, self.bidirectional)
         table = self.param(
             "relative_attention_bias",
             self.embedding_init,

@@ -21,6 +21,7 @@ from flax.typing import Dtype
 from flax_posenc._embed import add_learned, add_sinusoidal
 from flax_posenc._exact_angles import AnglePrecision
 from flax_posenc._validation import (
+    check_bucket_sizes,
     check_choice,
     check_positive_float,
     check_positive_int,
@@ -30,7 +31,7 @@ from flax_posenc.cope import cope_bias
 from flax_posenc.fire import FireParams, fire_bias
 from flax_posenc.kerple import KerpleKernel, kerple_bias
 from flax_posenc.learned import OutOfRange
-from flax_posenc.relative import _check_bucket_sizes, relative_position_bias
+from flax_posenc.relative import relative_position_bias
 from flax_posenc.rope import RopeConfig, apply_rope_qk
 from flax_posenc.rope_scaling import SeqLen
 from flax_posenc.sinusoidal import SinusoidalLayout, SinusoidalSpacing
@@ -220,7 +221,7 @@ class RelativePositionBias(nnx.Module):
         rngs: nnx.Rngs,
     ):
         self.num_heads = check_positive_int("num_heads", num_heads)
-        _check_bucket_sizes(num_buckets, max_distance, bidirectional)
+        check_bucket_sizes(num_buckets, max_distance, bidirectional)
         self.num_buckets = num_buckets
         self.max_distance = max_distance
         self.bidirectional = bidirectional

@@ -31,8 +31,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flax_posenc._offsets import offsets
 from flax_posenc._validation import (
     check_integer_array,
+    check_position_pairs,
     check_positive_int,
     is_traced,
 )
@@ -191,21 +193,7 @@ def relative_positions(q_positions: jax.Array, k_positions: jax.Array) -> jax.Ar
       >>> fp.relative_positions(jnp.arange(3), jnp.arange(4)).tolist()
       [[0, 1, 2, 3], [-1, 0, 1, 2], [-2, -1, 0, 1]]
     """
-    q_positions = check_integer_array("q_positions", q_positions)
-    k_positions = check_integer_array("k_positions", k_positions)
-    _check_sequences("q_positions", q_positions)
-    _check_sequences("k_positions", k_positions)
-    try:
-        batch = np.broadcast_shapes(q_positions.shape[:-1], k_positions.shape[:-1])
-    except ValueError:
-        raise ValueError(
-            "The leading dimensions of `q_positions` [..., L] and `k_positions` "
-            "[..., S] must broadcast, got shapes "
-            f"{tuple(q_positions.shape)} and {tuple(k_positions.shape)}."
-        ) from None
-    q = jnp.broadcast_to(q_positions, batch + q_positions.shape[-1:])
-    k = jnp.broadcast_to(k_positions, batch + k_positions.shape[-1:])
-    return k.astype(jnp.int32)[..., None, :] - q.astype(jnp.int32)[..., :, None]
+    return offsets(*check_position_pairs(q_positions, k_positions))
 
 
 def grid_positions(grid_shape: Sequence[int]) -> jax.Array:

@@ -82,7 +82,11 @@ def query_scale(positions: jax.Array, scaling: QueryScaling) -> jax.Array:
     Raises:
       TypeError: non-integer positions.
     """
-    positions = check_integer_array("positions", positions)
+    return _scale(check_integer_array("positions", positions), scaling)
+
+
+def _scale(positions: jax.Array, scaling: QueryScaling) -> jax.Array:
+    """:func:`query_scale` of checked positions."""
     steps = jnp.floor(
         (positions.astype(jnp.float32) + float(scaling.offset)) / scaling.floor_scale
     )
@@ -118,6 +122,6 @@ def apply_query_scaling(
             f"`q` must be [..., L, N, H] (rank >= 3), got shape {q.shape}."
         )
     positions = check_positions("positions", positions, "q.shape[:-2]", q.shape[:-2])
-    factor = query_scale(positions, scaling)[..., None, None]
+    factor = _scale(positions, scaling)[..., None, None]
     factor = factor.reshape((1,) * (q.ndim - factor.ndim) + factor.shape)
     return (q.astype(jnp.float32) * factor).astype(q.dtype)

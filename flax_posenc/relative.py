@@ -32,8 +32,12 @@ import numpy as np
 
 from flax_posenc import _cpu
 from flax_posenc._gather import take_rows
-from flax_posenc._validation import check_integer_array, check_positive_int
-from flax_posenc.positions import relative_positions
+from flax_posenc._offsets import offsets
+from flax_posenc._validation import (
+    check_bucket_sizes,
+    check_integer_array,
+    check_position_pairs,
+)
 
 __all__ = [
     "relative_position_bias",
@@ -64,34 +68,6 @@ def _bucket_thresholds(table: np.ndarray, max_exact: int) -> list[np.int32]:
         np.int32(np.argmax(table >= v))
         for v in range(max_exact + 1, int(table[-1]) + 1)
     ]
-
-
-def _check_bucket_sizes(
-    num_buckets: int, max_distance: int, bidirectional: bool
-) -> int:
-    """Validates the hyper-parameters; returns the buckets per direction."""
-    if not isinstance(bidirectional, (bool, np.bool_)):
-        raise TypeError(f"`bidirectional` must be a bool, got {bidirectional!r}.")
-    num_buckets = check_positive_int("num_buckets", num_buckets)
-    max_distance = check_positive_int("max_distance", max_distance)
-    if bidirectional and num_buckets % 2:
-        raise ValueError(
-            "`num_buckets` must be even when bidirectional=True (half of the buckets "
-            f"per direction), got {num_buckets}."
-        )
-    buckets = num_buckets // 2 if bidirectional else num_buckets
-    if buckets < 2:
-        raise ValueError(
-            f"`num_buckets` must give >= 2 buckets per direction, got {num_buckets} "
-            f"with bidirectional={bidirectional}."
-        )
-    if max_distance <= buckets // 2:
-        raise ValueError(
-            f"`max_distance` must exceed the {buckets // 2} exact buckets per "
-            f"direction (num_buckets={num_buckets}, bidirectional={bidirectional}), "
-            f"got {max_distance}."
-        )
-    return buckets
 
 
 def relative_position_bucket(
@@ -133,7 +109,15 @@ def relative_position_bucket(
     ``_relative_position_bucket``.
     """
     relative_position = check_integer_array("relative_position", relative_position)
-    buckets = _check_bucket_sizes(num_buckets, max_distance, bidirectional)
+    buckets = check_bucket_sizes(num_buckets, max_distance, bidirectional)
+    return _buckets(relative_position, buckets, max_distance, bidirectional)
+
+
+def _buckets(
+    relative_position: jax.Array, buckets: int, max_distance: int, bidirectional: bool
+) -> jax.Array:
+    """:func:`relative_position_bucket` of checked arguments (``buckets`` per
+    direction)."""
     relative_position = relative_position.astype(jnp.int32)
     if bidirectional:
         offset = jnp.where(relative_position > 0, buckets, 0)
@@ -205,11 +189,11 @@ def relative_position_bias(
     if not jnp.issubdtype(table.dtype, jnp.floating):
         raise TypeError(f"`table` must be floating point, got dtype {table.dtype}.")
     table = jnp.asarray(table)  # a numpy table too
-    buckets = relative_position_bucket(
-        relative_positions(q_positions, k_positions),
-        bidirectional=bidirectional,
-        num_buckets=table.shape[0],
-        max_distance=max_distance,
+    buckets = _buckets(
+        offsets(*check_position_pairs(q_positions, k_positions)),
+        check_bucket_sizes(table.shape[0], max_distance, bidirectional),
+        max_distance,
+        bidirectional,
     )
     bias = take_rows(table, buckets)  # 0 <= buckets < num_buckets
     return jnp.moveaxis(bias, -1, -3)

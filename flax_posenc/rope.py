@@ -20,16 +20,15 @@ float32 ``position * inv_freq`` products, never formed in the activation dtype; 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, NamedTuple
+import typing
+from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flax_posenc._angles import position_angles
-from flax_posenc._bfloat16 import narrow, widen
-from flax_posenc._exact_angles import ANGLE_PRECISIONS, AnglePrecision, exact_sin_cos
-from flax_posenc._sincos import sin_cos
+from flax_posenc import _rope
+from flax_posenc._exact_angles import ANGLE_PRECISIONS, AnglePrecision
 from flax_posenc._validation import (
     check_choice,
     check_float_array,
@@ -39,15 +38,11 @@ from flax_posenc._validation import (
     check_positive_float,
     check_positive_int,
     check_rope_config,
+    check_rotary_dim,
+    check_seq_len,
     obeys_positions_rule,
 )
-from flax_posenc.rope_scaling import (
-    _SCALING_TYPES,
-    RopeFrequencies,
-    RopeScaling,
-    SeqLen,
-    _default_inv_freq,
-)
+from flax_posenc.rope_scaling import RopeFrequencies, RopeScaling, SeqLen
 
 __all__ = [
     "RopeConfig",
@@ -64,14 +59,7 @@ __all__ = [
 RopeLayout = Literal["half", "interleaved"]
 """RoPE pairing: ``"half"`` pairs ``(j, j + R/2)``, ``"interleaved"`` ``(2j, 2j + 1)``."""
 _LAYOUTS = ("half", "interleaved")
-
-
-class _FullRotary(int):
-    """The ``rotary_dim`` of a config that left it at None: the whole head.
-
-    Marked so that ``dataclasses.replace(config, head_dim=...)`` re-derives it from
-    the new head size instead of keeping the old one.
-    """
+_SCALING_TYPES = typing.get_args(RopeScaling)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,8 +69,11 @@ class RopeConfig:
     Attributes:
       head_dim: ``H``, the per-head feature size of q and k.
       theta: the frequency base (HF ``rope_theta``), > 1.
-      rotary_dim: ``R``, the number of rotated features (even, ``<= H``); None means
-        ``H``. HF's ``partial_rotary_factor`` gives ``R = int(H * factor)``.
+      rotary_dim: the number of rotated features (even, ``<= H``) as given; None
+        means the whole head. HF's ``partial_rotary_factor`` gives
+        ``int(H * factor)``. The resolved ``R`` is :attr:`rotated_features`, so
+        ``dataclasses.replace(config, head_dim=...)`` keeps a None rotating the
+        whole new head.
       layout: ``"half"`` or ``"interleaved"`` pairing (see the module docstring).
       scaling: None (plain RoPE) or one of the families of
         :mod:`flax_posenc.rope_scaling`.
@@ -105,8 +96,8 @@ class RopeConfig:
       >>> config = fp.RopeConfig(head_dim=128, theta=500000.0, scaling=fp.Llama3Scaling(
       ...     factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
       ...     original_max_position_embeddings=8192))
-      >>> config.rotary_dim
-      128
+      >>> config.rotary_dim is None, config.rotated_features
+      (True, 128)
 
       Partial rotary (GPT-NeoX rotates a quarter of each head):
 
@@ -121,7 +112,7 @@ class RopeConfig:
 
     head_dim: int
     theta: float = 10000.0
-    rotary_dim: int = None  # type: ignore[assignment]  # None: H, resolved at init
+    rotary_dim: int | None = None
     layout: RopeLayout = "half"
     scaling: RopeScaling | None = None
     angle_precision: AnglePrecision = "float32"
@@ -138,16 +129,9 @@ class RopeConfig:
                 "10000.0."
             )
         object.__setattr__(self, "theta", theta)
-        if self.rotary_dim is None or isinstance(self.rotary_dim, _FullRotary):
-            rotary_dim = _FullRotary(head_dim)
-        else:
-            rotary_dim = check_positive_int("rotary_dim", self.rotary_dim)
-        if rotary_dim % 2 or rotary_dim > head_dim:
-            raise ValueError(
-                f"`rotary_dim` must be even and <= head_dim ({head_dim}), got "
-                f"{rotary_dim}."
-            )
-        object.__setattr__(self, "rotary_dim", rotary_dim)
+        if self.rotary_dim is not None:
+            rotary_dim = check_rotary_dim(self.rotary_dim, head_dim, "head_dim")
+            object.__setattr__(self, "rotary_dim", rotary_dim)
         check_choice("layout", self.layout, _LAYOUTS)
         check_choice("angle_precision", self.angle_precision, ANGLE_PRECISIONS)
         if self.scaling is not None:
@@ -156,7 +140,13 @@ class RopeConfig:
                 raise TypeError(
                     f"`scaling` must be None or one of {names}, got {self.scaling!r}."
                 )
-            self.scaling.validate(self.theta, rotary_dim)
+            self.scaling.validate(self.theta, self.rotated_features)
+
+    @property
+    def rotated_features(self) -> int:
+        """``R``, the number of rotated features: ``rotary_dim``, or ``head_dim``
+        where ``rotary_dim`` is None."""
+        return self.head_dim if self.rotary_dim is None else self.rotary_dim
 
     @property
     def depends_on_seq_len(self) -> bool:
@@ -206,56 +196,7 @@ def rope_frequencies(config: RopeConfig, *, seq_len: SeqLen = None) -> RopeFrequ
       [0.5, 0.05000000074505806, 0.004999999888241291, 0.0005000000237487257]
     """
     check_rope_config("config", config, RopeConfig)
-    seq_len = _check_seq_len(seq_len)
-    if config.scaling is None:
-        inv_freq = _default_inv_freq(config.theta, config.rotary_dim)
-        return RopeFrequencies(jnp.asarray(inv_freq, jnp.float32), 1.0)
-    return config.scaling.frequencies(config.theta, config.rotary_dim, seq_len)
-
-
-def _check_seq_len(seq_len: Any) -> Any:
-    """None, a positive int, or an integer array (traced or not)."""
-    if seq_len is None:
-        return None
-    if isinstance(seq_len, (int, np.integer)) and not isinstance(seq_len, bool):
-        return check_positive_int("seq_len", seq_len)
-    dtype = getattr(seq_len, "dtype", None)
-    if dtype is None and not isinstance(seq_len, (str, bytes, bool)):
-        dtype = np.asarray(seq_len).dtype  # a list of per-token lengths
-    if dtype is None or not jnp.issubdtype(dtype, jnp.integer):
-        shown = f"dtype {dtype}" if hasattr(seq_len, "dtype") else repr(seq_len)
-        raise TypeError(
-            "`seq_len` must be a positive int, an int scalar or an integer array of "
-            f"per-token lengths, got {shown} ({type(seq_len).__name__}). Hint: "
-            "seq_len=<the sequence length> (e.g. 4096), or None for "
-            "max(positions) + 1."
-        )
-    return check_integer_array("seq_len", seq_len)
-
-
-def _seq_len_of(positions: jax.Array, config: RopeConfig, seq_len: Any) -> Any:
-    """``seq_len``, or ``max(positions) + 1`` in-graph for the families that need it."""
-    if seq_len is None and config.depends_on_seq_len:
-        return jnp.max(positions, initial=0) + 1
-    return seq_len
-
-
-def _frequencies_float64(config: RopeConfig, seq_len: Any) -> tuple[np.ndarray, float]:
-    """The float64 host frequencies exact angles start from; a ``seq_len``-dependent
-    family needs ``seq_len`` as an int (its frequencies are not known on the host
-    otherwise)."""
-    if config.scaling is None:
-        return _default_inv_freq(config.theta, config.rotary_dim), 1.0
-    if config.depends_on_seq_len and not isinstance(seq_len, int):
-        given = "None" if seq_len is None else f"an array of shape {seq_len.shape}"
-        raise ValueError(
-            f"`seq_len` must be a Python int for {type(config.scaling).__name__} with "
-            "angle_precision='exact' (its frequencies depend on seq_len, and exact "
-            "angles need their float64 values on the host), got "
-            f"{given}; None means max(positions) + 1, computed in the graph. Hint: "
-            "pass seq_len=<the sequence length>, or use angle_precision='float32'."
-        )
-    return config.scaling.frequencies_float64(config.theta, config.rotary_dim, seq_len)
+    return RopeFrequencies(*_rope.frequencies(config, check_seq_len(seq_len)))
 
 
 def rope_cos_sin(
@@ -289,38 +230,10 @@ def rope_cos_sin(
       >>> sin.round(4).tolist()  # sin(p * [1, 0.01])
       [[0.0, 0.0], [0.8414999842643738, 0.009999999776482582], [0.9092999696731567, 0.019999999552965164]]
     """
-    cos, sin, scale = _unit_cos_sin(positions, config, seq_len)
-    return RopeTables(cos * scale, sin * scale)
-
-
-def _unit_cos_sin(
-    positions: Any, config: RopeConfig, seq_len: Any, name: str = "positions"
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """``cos(p * inv_freq)``, ``sin(p * inv_freq)`` (unit magnitude) and the
-    attention scaling, float32, shaped to multiply them (see :func:`rope_cos_sin`);
-    ``name`` is the caller's name for ``positions``."""
     check_rope_config("config", config, RopeConfig)
-    positions = check_integer_array(name, positions)
-    seq_len = _check_seq_len(seq_len)
-    if config.angle_precision == "exact":
-        inv_freq64, attention_scaling = _frequencies_float64(config, seq_len)
-        sin, cos = exact_sin_cos(positions, inv_freq64)
-    else:
-        seq_len = _seq_len_of(positions, config, seq_len)
-        if isinstance(seq_len, jax.Array) and seq_len.ndim:
-            if not obeys_positions_rule(seq_len.shape, positions.shape):
-                raise ValueError(
-                    f"A per-token `seq_len` must have the shape of {name} "
-                    f"{positions.shape} (leading axes may broadcast), got shape "
-                    f"{seq_len.shape}."
-                )
-            seq_len = jnp.broadcast_to(seq_len, positions.shape)
-        inv_freq, attention_scaling = rope_frequencies(config, seq_len=seq_len)
-        # XLA's sin/cos, or on CPU a vectorised polynomial (flax_posenc._cpu)
-        sin, cos = sin_cos(position_angles(positions, inv_freq))
-    scale = jnp.asarray(attention_scaling, jnp.float32)
-    scale = scale.reshape(scale.shape + (1,) * (sin.ndim - scale.ndim))
-    return cos, sin, scale
+    positions = check_integer_array("positions", positions)
+    seq_len = check_seq_len(seq_len, "positions", positions.shape)
+    return RopeTables(*_rope.tables(positions, config, seq_len))
 
 
 def rope_rotate(
@@ -377,114 +290,7 @@ def rope_rotate(
             f"({x.shape[-3]}) and leading axes that broadcast to x.shape[:-3] "
             f"{x.shape[:-3]}, got shape {cos.shape}."
         )
-    half = cos.shape[-1]
-    head_dim = x.shape[-1]
-    if half == 0:
-        return x
-    if layout == "interleaved" and head_dim % 2 == 0:
-        return _rotate_pairs(x, cos, sin)
-    return _rotate_shifted(x, cos, sin, layout)
-
-
-def _table(t: jax.Array, x_ndim: int, tail: tuple[int, ...]) -> jax.Array:
-    """A float32 cos/sin table ``[..., L, *tail]`` as ``[1.., L, 1 (N), *tail]``."""
-    lead = (1,) * (x_ndim - 2 - (t.ndim - len(tail)))
-    return t.reshape(lead + t.shape[: t.ndim - len(tail)] + (1,) + tail)
-
-
-def _rotate_shifted(
-    x: jax.Array, cos: jax.Array, sin: jax.Array, layout: RopeLayout
-) -> jax.Array:
-    """``half`` (and ``interleaved`` with an odd H): partners read at ``i +- d``.
-
-    One elementwise pass over the flat feature axis in which every read is at feature
-    ``i`` or ``i +- d`` (``d = R/2``, or 1): XLA:CPU collapses a ``[..., 2, R/2]`` view
-    back into the feature axis with ``i & (R/2 - 1)`` indices, which LLVM does not
-    vectorise, while reads at ``i +- d`` are plain (masked) vector loads.
-
-    * ``P`` (width R) holds ``(cos_j, sin_j)`` where x holds pair ``j``; ``P[i - d]``,
-      ``P[i]`` and ``P[i + d]`` are zero pads of its slices, read in the loop like the
-      partners. It is built by a concatenate (the stack), which XLA keeps out of the
-      loop over x: cos/sin are materialised once per position, not recomputed for
-      every head and feature (a table pre-padded to ``H + 2d`` is twice the bytes).
-    * ``x_up[i] = x[i + d]`` (for ``i < R - d``) and ``x_down[i] = x[i - d]`` (for
-      ``d <= i < R``) are zero pads of slices of the rotary features only: bounds at
-      the rotary edge keep the partial-rotary loop vectorised (bounds at ``H`` made
-      the bfloat16 loop scalar).
-    * ``out[i] = x[i] P[i] - x[i + d] P[i + d]`` for the first of a pair, ``x[i]
-      P[i - d] + x[i - d] P[i]`` for the second (``a cos - b sin``, ``b cos + a sin``);
-      features past ``R`` pass through. float32, rounded once; a bfloat16 x is
-      widened and rounded by bit operations on CPU (:mod:`flax_posenc._bfloat16`:
-      the same bits as ``astype``).
-
-    Timings of these choices on XLA:CPU: ``benchmarks/README.md``.
-    """
-    half = cos.shape[-1]
-    rotary_dim, head_dim = 2 * half, x.shape[-1]
-    shift, pair_axis = (half, -2) if layout == "half" else (1, -1)
-    index = jax.lax.broadcasted_iota(
-        jnp.int32, (1,) * (x.ndim - 1) + (head_dim,), x.ndim - 1
-    )
-    first = index < half if layout == "half" else index % 2 == 0
-    pairs = jnp.stack([cos.astype(jnp.float32), sin.astype(jnp.float32)], pair_axis)
-    pairs = _table(pairs.reshape(cos.shape[:-1] + (rotary_dim,)), x.ndim, (rotary_dim,))
-    pairs_up = _pad_features(pairs[..., shift:], 0, head_dim)
-    pairs_down = _pad_features(pairs[..., : rotary_dim - shift], shift, head_dim)
-    pairs = _pad_features(pairs, 0, head_dim)
-    xf = widen(x)
-    x_up = _pad_features(xf[..., shift:rotary_dim], 0, head_dim)
-    x_down = _pad_features(xf[..., : rotary_dim - shift], shift, head_dim)
-    rotated = jnp.where(
-        first, xf * pairs - x_up * pairs_up, xf * pairs_down + x_down * pairs
-    )
-    if rotary_dim < head_dim:
-        rotated = jnp.where(index < rotary_dim, rotated, xf)
-    return narrow(rotated, x.dtype)
-
-
-def _rotate_pairs(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
-    """``interleaved`` with an even H: pairs ``(2j, 2j + 1)`` in a ``[..., H/2, 2]`` view.
-
-    ``out[2j] = x[2j] c_j - x[2j + 1] s_j`` and ``out[2j + 1] = x[2j + 1] c_j + x[2j]
-    s_j`` for ``j < R/2``; pairs past ``R/2`` pass through. float32, rounded once. The
-    table is a stack (a concatenate), materialised once per position as in
-    :func:`_rotate_shifted`. The partner reads differ by width, as measured on
-    XLA:CPU (``benchmarks/README.md``): the pad form of :func:`_rotate_shifted`
-    turns ``x[i +- 1]`` into gathers with peeled scalar edges.
-
-    * 16-bit x: ``even = x[2j]`` and ``odd = x[2j + 1]`` (strided slices of the view),
-      and the two results stacked back: bfloat16 loads stay vector loads plus shuffles
-      (the ``rev`` form below is slower in bfloat16).
-    * wider x: ``swapped[j, b] = x[2j + 1 - b]`` (a ``rev`` of the pair axis) and
-      ``out = x * (c_j, c_j) + swapped * (-s_j, s_j)``: one read of x per output.
-    """
-    half, npairs = cos.shape[-1], x.shape[-1] // 2
-    view = x.reshape(x.shape[:-1] + (npairs, 2))
-    pair = jax.lax.broadcasted_iota(
-        jnp.int32, (1,) * (view.ndim - 2) + (npairs, 1), view.ndim - 2
-    )
-    c, s = (_pad_features(t.astype(jnp.float32), 0, npairs) for t in (cos, sin))
-    if jnp.dtype(x.dtype).itemsize == 2:
-        table = _table(jnp.stack([c, s], -2), x.ndim, (2, npairs))
-        c, s = table[..., 0, :], table[..., 1, :]  # [..., L, 1, H/2]
-        even, odd = (view[..., b].astype(jnp.float32) for b in (0, 1))
-        rotated = jnp.stack([even * c - odd * s, odd * c + even * s], -1)
-    else:
-        both = jnp.stack([jnp.stack([c, c], -1), jnp.stack([-s, s], -1)], -3)
-        table = _table(both, x.ndim, (2, npairs, 2))
-        c, s = table[..., 0, :, :], table[..., 1, :, :]  # [..., L, 1, H/2, 2]
-        xf = view.astype(jnp.float32)
-        swapped = jax.lax.rev(xf, (xf.ndim - 1,))
-        rotated = xf * c + swapped * s
-    if half < npairs:
-        rotated = jnp.where(pair < half, rotated, view.astype(jnp.float32))
-    return rotated.astype(x.dtype).reshape(x.shape)
-
-
-def _pad_features(t: jax.Array, low: int, size: int) -> jax.Array:
-    """Zero-pads the last axis of ``t`` to ``size``, ``low`` zeros in front."""
-    pad = [(0, 0, 0)] * (t.ndim - 1) + [(low, size - low - t.shape[-1], 0)]
-    return jax.lax.pad(t, jnp.zeros((), t.dtype), pad)
+    return _rope.rotate(x, cos, sin, layout)
 
 
 def apply_rope(
@@ -525,8 +331,9 @@ def apply_rope(
     check_rope_config("config", config, RopeConfig)
     check_heads_array("x", x, config.head_dim)
     positions = check_positions("positions", positions, "x.shape[:-2]", x.shape[:-2])
-    cos, sin = rope_cos_sin(positions, config, seq_len=seq_len)
-    return rope_rotate(x, cos, sin, layout=config.layout)
+    seq_len = check_seq_len(seq_len, "positions", positions.shape)
+    cos, sin = _rope.tables(positions, config, seq_len)
+    return _rope.rotate(x, cos, sin, config.layout)
 
 
 def apply_rope_qk(
@@ -588,19 +395,21 @@ def apply_rope_qk(
             "k.shape[:-2]",
             k.shape[:-2],
         )
-        cos, sin = rope_cos_sin(positions, config, seq_len=seq_len)
+        cos, sin = _rope.tables(
+            positions, config, check_seq_len(seq_len, "positions", positions.shape)
+        )
         return (
-            rope_rotate(q, cos, sin, layout=config.layout),
-            rope_rotate(k, cos, sin, layout=config.layout),
+            _rope.rotate(q, cos, sin, config.layout),
+            _rope.rotate(k, cos, sin, config.layout),
         )
     if k_positions is None:
         k_positions = positions
     k_positions = check_positions(
         "k_positions", k_positions, "k.shape[:-2]", k.shape[:-2]
     )
-    seq_len = _check_seq_len(seq_len)
+    seq_len = check_seq_len(seq_len, "positions", positions.shape)
     if k_seq_len is not None:
-        k_seq_len = _check_seq_len(k_seq_len)
+        k_seq_len = check_seq_len(k_seq_len, "k_positions", k_positions.shape)
     elif seq_len is None and config.depends_on_seq_len:
         seq_len = (
             jnp.maximum(jnp.max(positions, initial=0), jnp.max(k_positions, initial=0))
@@ -608,11 +417,13 @@ def apply_rope_qk(
         )
     if k_seq_len is None:
         k_seq_len = seq_len
-    q_cos, q_sin = rope_cos_sin(positions, config, seq_len=seq_len)
-    k_cos, k_sin = rope_cos_sin(k_positions, config, seq_len=k_seq_len)
+        if getattr(seq_len, "ndim", 0):
+            check_seq_len(seq_len, "k_positions", k_positions.shape)
+    q_cos, q_sin = _rope.tables(positions, config, seq_len)
+    k_cos, k_sin = _rope.tables(k_positions, config, k_seq_len)
     return (
-        rope_rotate(q, q_cos, q_sin, layout=config.layout),
-        rope_rotate(k, k_cos, k_sin, layout=config.layout),
+        _rope.rotate(q, q_cos, q_sin, config.layout),
+        _rope.rotate(k, k_cos, k_sin, config.layout),
     )
 
 
@@ -679,12 +490,7 @@ def rope_permute_layout(
         raise ValueError(
             f"`head_dim` ({head}) must divide w.shape[{axis}] ({size}) into heads."
         )
-    check_positive_int("rotary_dim", rotary_dim)
-    if rotary_dim % 2 or rotary_dim > head:
-        raise ValueError(
-            f"`rotary_dim` must be even and <= the head size ({head}), got "
-            f"{rotary_dim}."
-        )
+    rotary_dim = check_rotary_dim(rotary_dim, head, "the head size")
     order = np.arange(head)
     if source != target:
         to_half = np.concatenate(

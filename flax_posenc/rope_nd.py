@@ -1,6 +1,6 @@
 """Multi-dimensional RoPE: axial RoPE for image patches and Qwen2-VL's M-RoPE.
 
-Both give each rotary pair ``j < R/2`` (``R = config.rotary_dim``) one coordinate of a
+Both give each rotary pair ``j < R/2`` (``R = config.rotated_features``) one coordinate of a
 multi-dimensional position and rotate with :func:`flax_posenc.rope.rope_rotate`, so
 the layouts, partial rotary and dtype rules are those of 1-D RoPE. They differ in how
 pairs and frequencies are shared out:
@@ -41,15 +41,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flax_posenc import _rope
 from flax_posenc._validation import (
     check_choice,
     check_heads_array,
     check_integer_array,
     check_positive_int,
     check_rope_config,
+    check_seq_len,
     obeys_positions_rule,
 )
-from flax_posenc.rope import RopeConfig, RopeTables, rope_cos_sin, rope_rotate
+from flax_posenc.rope import RopeConfig, RopeTables
 from flax_posenc.rope_scaling import SeqLen
 
 __all__ = [
@@ -79,8 +81,8 @@ def axial_rope_cos_sin(
       positions: integer ``[..., A]``: one coordinate per axis (``(row, col)`` for
         images). Stack separate row and column arrays with
         ``jnp.stack([rows, cols], -1)``.
-      config: the RoPE configuration; ``config.rotary_dim`` must be a multiple of
-        ``2A``. A scaling family applies to each axis's ``R/A``-feature frequency set.
+      config: the RoPE configuration; ``config.rotated_features`` must be a
+        multiple of ``2A``. A scaling family applies to each axis's ``R/A``-feature frequency set.
       seq_len: for dynamic NTK and LongRoPE; None means ``max(positions) + 1`` over
         all axes.
 
@@ -97,17 +99,28 @@ def axial_rope_cos_sin(
         raise ValueError(
             "`positions` must be [..., A] with one coordinate per axis, got a scalar."
         )
-    num_axes = positions.shape[-1]
-    rotary_dim: int = config.rotary_dim  # type: ignore[assignment]
+    _check_axes(config, positions.shape)
+    seq_len = check_seq_len(seq_len, "positions", positions.shape)
+    return _axial_tables(positions, config, seq_len)
+
+
+def _check_axes(config: RopeConfig, shape: tuple[int, ...]) -> None:
+    num_axes, rotary_dim = shape[-1], config.rotated_features
     if num_axes == 0 or rotary_dim % (2 * num_axes):
         raise ValueError(
-            f"`config.rotary_dim` ({rotary_dim}) must be a multiple of 2 * A, with "
-            f"A = positions.shape[-1] = {num_axes} axes, so every axis rotates "
-            f"R / A features; got positions of shape {positions.shape}."
+            f"`config.rotated_features` ({rotary_dim}: rotary_dim, or head_dim where "
+            f"it is None) must be a multiple of 2 * A, with A = positions.shape[-1] "
+            f"= {num_axes} axes, so every axis rotates "
+            f"R / A features; got positions of shape {shape}."
         )
-    axis_dim = rotary_dim // num_axes
+
+
+def _axial_tables(positions: jax.Array, config: RopeConfig, seq_len: Any) -> RopeTables:
+    """:func:`axial_rope_cos_sin` of checked arguments."""
+    rotary_dim = config.rotated_features
+    axis_dim = rotary_dim // positions.shape[-1]
     axis_config = dataclasses.replace(config, head_dim=axis_dim, rotary_dim=axis_dim)
-    cos, sin = rope_cos_sin(positions, axis_config, seq_len=seq_len)
+    cos, sin = _rope.tables(positions, axis_config, seq_len)
     shape = positions.shape[:-1] + (rotary_dim // 2,)  # axis blocks side by side
     return RopeTables(cos.reshape(shape), sin.reshape(shape))
 
@@ -157,8 +170,10 @@ def apply_axial_rope(
             f"token, L = x.shape[-3] = {x.shape[-3]}, leading axes broadcasting to "
             f"x.shape[:-3] = {x.shape[:-3]}), got shape {positions.shape}."
         )
-    cos, sin = axial_rope_cos_sin(positions, config, seq_len=seq_len)
-    return rope_rotate(x, cos, sin, layout=config.layout)
+    _check_axes(config, positions.shape)
+    seq_len = check_seq_len(seq_len, "positions", positions.shape)
+    cos, sin = _axial_tables(positions, config, seq_len)
+    return _rope.rotate(x, cos, sin, config.layout)
 
 
 def _check_mrope_section(
@@ -175,7 +190,7 @@ def _check_mrope_section(
         check_positive_int(f"mrope_section[{a}]", n)
         for a, n in enumerate(mrope_section)
     )
-    half: int = config.rotary_dim // 2  # type: ignore[operator]
+    half = config.rotated_features // 2
     if layout == "hw_alternating" and (
         len(sections) != 3 or sections[0] != sections[1]
     ):
@@ -190,14 +205,14 @@ def _check_mrope_section(
         )
     if layout != "interleaved" and sum(sections) != half:
         raise ValueError(
-            f"`mrope_section` must sum to config.rotary_dim // 2 ({half}) for "
+            f"`mrope_section` must sum to config.rotated_features // 2 ({half}) for "
             f"mrope_layout={layout!r}, got {list(sections)} (sum {sum(sections)})."
         )
     return sections
 
 
 def _check_mrope_layout(layout: Any) -> MropeLayout:
-    return check_choice("mrope_layout", layout, get_args(MropeLayout))  # type: ignore[return-value]
+    return check_choice("mrope_layout", layout, get_args(MropeLayout))
 
 
 def _check_mrope_positions(positions: Any, sections: tuple[int, ...]) -> jax.Array:
@@ -267,7 +282,7 @@ def mrope_cos_sin(
       config: the RoPE configuration.
       mrope_section: pairs per row, static (Hugging Face
         ``rope_parameters["mrope_section"]``, e.g. ``(16, 24, 24)``). Contiguous
-        sections sum to ``config.rotary_dim // 2``; interleaved ones need not
+        sections sum to ``config.rotated_features // 2``; interleaved ones need not
         (pairs they do not reach take row 0, as in transformers).
       mrope_layout: ``"contiguous"`` (Qwen2/2.5-VL), ``"interleaved"`` (Qwen3-VL)
         or ``"hw_alternating"`` (Ernie-4.5-VL).
@@ -286,9 +301,20 @@ def mrope_cos_sin(
     layout = _check_mrope_layout(mrope_layout)
     sections = _check_mrope_section(mrope_section, config, layout)
     positions = _check_mrope_positions(positions, sections)
-    cos, sin = rope_cos_sin(positions, config, seq_len=seq_len)
-    half: int = config.rotary_dim // 2  # type: ignore[operator]
-    rows = _mrope_rows(sections, layout, half)
+    seq_len = check_seq_len(seq_len, "positions", positions.shape)
+    return _mrope_tables(positions, config, sections, layout, seq_len)
+
+
+def _mrope_tables(
+    positions: jax.Array,
+    config: RopeConfig,
+    sections: tuple[int, ...],
+    layout: MropeLayout,
+    seq_len: Any,
+) -> RopeTables:
+    """:func:`mrope_cos_sin` of checked arguments."""
+    cos, sin = _rope.tables(positions, config, seq_len)
+    rows = _mrope_rows(sections, layout, config.rotated_features // 2)
 
     def select(table: jax.Array) -> jax.Array:
         # Exact: each pair is copied from its row, no arithmetic across rows.
@@ -355,16 +381,11 @@ def apply_mrope(
             f"and leading axes broadcasting to x.shape[:-3] = {x.shape[:-3]}, got "
             f"shape {positions.shape}."
         )
-    cos, sin = mrope_cos_sin(
-        positions,
-        config,
-        mrope_section=sections,
-        mrope_layout=layout,
-        seq_len=seq_len,
-    )
+    seq_len = check_seq_len(seq_len, "positions", positions.shape)
+    cos, sin = _mrope_tables(positions, config, sections, layout, seq_len)
     if layout == "xd":
         return _rotate_half_per_feature(x, cos, sin)
-    return rope_rotate(x, cos, sin, layout=config.layout)
+    return _rope.rotate(x, cos, sin, config.layout)
 
 
 def _rotate_half_per_feature(x: jax.Array, cos: jax.Array, sin: jax.Array):

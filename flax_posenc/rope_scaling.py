@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import typing
 import warnings
 from typing import ClassVar, NamedTuple, Protocol
 
@@ -28,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flax_posenc._angles import default_inv_freq
 from flax_posenc._validation import (
     check_bool,
     check_float,
@@ -86,11 +86,6 @@ class RopeScalingFamily(Protocol):
         """float64 host ``(inv_freq [R/2], attention_scaling)`` at a static
         ``seq_len`` (None: as in ``frequencies``), before any float32 rounding."""
         ...
-
-
-def _default_inv_freq(theta: float, rotary_dim: int) -> np.ndarray:
-    """``theta^(-2i/R)`` for ``i < R/2`` in float64 (round to float32 once, later)."""
-    return theta ** -(np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
 
 
 def _static(inv_freq: np.ndarray, attention_scaling: float = 1.0) -> RopeFrequencies:
@@ -204,7 +199,7 @@ class LinearScaling(_StaticFrequencies, _FitsAnyRotary):
     ) -> tuple[np.ndarray, float]:
         """``theta^(-2i/R) / factor``, in float64 on the host."""
         del seq_len
-        return _default_inv_freq(theta, rotary_dim) / self.factor, 1.0
+        return default_inv_freq(theta, rotary_dim) / self.factor, 1.0
 
 
 @dataclasses.dataclass(frozen=True, init=False)
@@ -248,7 +243,7 @@ class NTKScaling(_StaticFrequencies, _NTKExponent):
         """``theta'^(-2i/R)`` with ``theta' = theta * factor^(R/(R-2))``, in float64 on the host."""
         del seq_len
         scaled_theta = _ntk_theta(theta, self.factor, rotary_dim)
-        return _default_inv_freq(scaled_theta, rotary_dim), 1.0
+        return default_inv_freq(scaled_theta, rotary_dim), 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -286,7 +281,7 @@ class DynamicNTKScaling(_NTKExponent):
         # rounded once, and the traced correction is exactly 1 up to the original length.
         exponent = _per_token(np.arange(0, rotary_dim, 2) / (rotary_dim - 2), ratio)
         growth = jnp.exp(-jnp.log(ratio)[..., None] * exponent)
-        base = _per_token(_default_inv_freq(theta, rotary_dim), ratio)
+        base = _per_token(default_inv_freq(theta, rotary_dim), ratio)
         return RopeFrequencies(base * growth, 1.0)
 
     def frequencies_float64(
@@ -298,7 +293,7 @@ class DynamicNTKScaling(_NTKExponent):
         length = original if seq_len is None else max(seq_len, original)
         ratio = self.factor * length / original - (self.factor - 1.0)
         scaled_theta = _ntk_theta(theta, ratio, rotary_dim)
-        return _default_inv_freq(scaled_theta, rotary_dim), 1.0
+        return default_inv_freq(scaled_theta, rotary_dim), 1.0
 
 
 def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
@@ -402,7 +397,7 @@ class YarnScaling(_StaticFrequencies, _AttentionFactorOldName):
         if low == high:
             high += 0.001  # as HF: avoid a zero-width ramp
         ramp = np.clip((np.arange(rotary_dim // 2) - low) / (high - low), 0.0, 1.0)
-        extrapolation = _default_inv_freq(theta, rotary_dim)
+        extrapolation = default_inv_freq(theta, rotary_dim)
         interpolation = extrapolation / self.factor
         inv_freq = interpolation * ramp + extrapolation * (1.0 - ramp)
         return inv_freq, self.effective_attention_factor()
@@ -524,7 +519,7 @@ class LongRopeScaling(_AttentionFactorOldName):
         factors = self.long_factor if is_long else self.short_factor
         mscale = self.long_mscale if is_long else self.short_mscale
         scale = mscale or self.effective_attention_factor()
-        return _default_inv_freq(theta, rotary_dim) / np.asarray(factors), scale
+        return default_inv_freq(theta, rotary_dim) / np.asarray(factors), scale
 
 
 @dataclasses.dataclass(frozen=True)
@@ -564,7 +559,7 @@ class Llama3Scaling(_StaticFrequencies, _FitsAnyRotary):
         """The banded frequencies, in float64 on the host."""
         del seq_len
         original = self.original_max_position_embeddings
-        inv_freq = _default_inv_freq(theta, rotary_dim)
+        inv_freq = default_inv_freq(theta, rotary_dim)
         wavelength = 2 * math.pi / inv_freq
         low_bound = original / self.low_freq_factor
         high_bound = original / self.high_freq_factor
@@ -609,7 +604,7 @@ class ProportionalScaling(_StaticFrequencies, _FitsAnyRotary):
         """The proportional frequencies, zero past the rotated fraction, in float64 on the host."""
         del seq_len
         rotated = int(self.partial_rotary_factor * rotary_dim // 2)
-        inv_freq = _default_inv_freq(theta, rotary_dim)
+        inv_freq = default_inv_freq(theta, rotary_dim)
         inv_freq[rotated:] = 0.0
         return inv_freq / self.factor, 1.0
 
@@ -624,5 +619,3 @@ RopeScaling = (
     | ProportionalScaling
 )
 """Any of the scaling families."""
-
-_SCALING_TYPES = typing.get_args(RopeScaling)

@@ -27,7 +27,7 @@ position (see :data:`flax_posenc.AnglePrecision`).
 from __future__ import annotations
 
 import warnings
-from typing import Literal
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -101,14 +101,21 @@ def sinusoidal_inv_freq(
       >>> fp.sinusoidal_inv_freq(6, spacing="tensor2tensor").tolist()
       [1.0, 0.009999999776482582, 9.999999747378752e-05]
     """
+    dim, base, spacing = _check_frequencies(dim, base, spacing)
     return _inv_freq_float64(dim, base, spacing).astype(np.float32)
 
 
-def _inv_freq_float64(dim: int, base: float, spacing: SinusoidalSpacing) -> np.ndarray:
-    """:func:`sinusoidal_inv_freq` before its float32 rounding."""
+def _check_frequencies(
+    dim: Any, base: Any, spacing: Any
+) -> tuple[int, float, SinusoidalSpacing]:
     dim = check_positive_int("dim", dim)
     base = check_positive_float("base", base)
-    check_choice("spacing", spacing, _SPACINGS)
+    return dim, base, check_choice("spacing", spacing, _SPACINGS)
+
+
+def _inv_freq_float64(dim: int, base: float, spacing: SinusoidalSpacing) -> np.ndarray:
+    """:func:`sinusoidal_inv_freq` of checked arguments, before its float32
+    rounding."""
     i = np.arange(dim // 2, dtype=np.float64)
     if spacing == "paper":
         exponent = 2.0 * i / dim
@@ -163,14 +170,29 @@ def sinusoidal_encoding(
     Reference: Vaswani et al., "Attention Is All You Need", 2017, section 3.5.
     """
     positions = check_integer_array("positions", positions)
+    dim, base, spacing = _check_frequencies(dim, base, spacing)
     layout = _check_layout(layout)
     dtype = check_float_dtype("dtype", dtype)
     check_choice("angle_precision", angle_precision, ANGLE_PRECISIONS)
+    return _encode(positions, dim, base, layout, spacing, dtype, angle_precision)
+
+
+def _encode(
+    positions: jax.Array,
+    dim: int,
+    base: float,
+    layout: SinusoidalLayout,
+    spacing: SinusoidalSpacing,
+    dtype: Any,
+    angle_precision: AnglePrecision,
+) -> jax.Array:
+    """:func:`sinusoidal_encoding` of checked arguments."""
+    inv_freq64 = _inv_freq_float64(dim, base, spacing)
     if angle_precision == "exact":
-        freq, turns = _feature_rows(_inv_freq_float64(dim, base, spacing), dim, layout)
+        freq, turns = _feature_rows(inv_freq64, dim, layout)
         sin, _ = exact_sin_cos(positions, freq, quarter_turns=turns)
         return sin.astype(dtype)
-    inv_freq = sinusoidal_inv_freq(dim, base=base, spacing=spacing)
+    inv_freq = inv_freq64.astype(np.float32)
     freq, turns = _feature_rows(inv_freq, dim, layout)
     return _cpu.on_cpu(
         lambda p: _cpu.sinusoidal_rows(p, freq, turns).astype(dtype),
@@ -251,12 +273,9 @@ def sinusoidal_table(
       [0.8415, 0.5403, 0.0464, 0.9989, 0.0022, 1.0]
     """
     max_len = check_positive_int("max_len", max_len)
-    return sinusoidal_encoding(
-        jnp.arange(max_len),
-        dim,
-        base=base,
-        layout=layout,
-        spacing=spacing,
-        dtype=dtype,
-        angle_precision=angle_precision,
-    )
+    dim, base, spacing = _check_frequencies(dim, base, spacing)
+    layout = _check_layout(layout)
+    dtype = check_float_dtype("dtype", dtype)
+    check_choice("angle_precision", angle_precision, ANGLE_PRECISIONS)
+    positions = jnp.arange(max_len)
+    return _encode(positions, dim, base, layout, spacing, dtype, angle_precision)

@@ -1,7 +1,7 @@
 """xPos: RoPE with a per-pair exponential decay (Sun et al., "A Length-Extrapolatable
 Transformer", 2022).
 
-Pair ``i < R/2`` (``R = config.rotary_dim``) of q at position ``m`` is rotated as in
+Pair ``i < R/2`` (``R = config.rotated_features``) of q at position ``m`` is rotated as in
 RoPE and multiplied by ``zeta_i^((m - c) / scale_base)``; pair ``i`` of k at position
 ``n`` by ``zeta_i^(-(n - c) / scale_base)``, with
 
@@ -28,10 +28,13 @@ beyond about 4500; centre long sequences.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flax_posenc import _rope
 from flax_posenc._angles import position_angles
 from flax_posenc._validation import (
     check_bool,
@@ -41,8 +44,9 @@ from flax_posenc._validation import (
     check_positions,
     check_positive_float,
     check_rope_config,
+    check_seq_len,
 )
-from flax_posenc.rope import RopeConfig, RopeTables, rope_cos_sin, rope_rotate
+from flax_posenc.rope import RopeConfig, RopeTables
 from flax_posenc.rope_scaling import SeqLen
 
 __all__ = [
@@ -88,13 +92,37 @@ def xpos_cos_sin(
     """
     check_rope_config("config", config, RopeConfig)
     positions = check_integer_array("positions", positions)
+    return _xpos_tables(
+        positions,
+        config,
+        *_check_decay(is_key, scale_base, gamma, center, positions),
+        check_seq_len(seq_len, "positions", positions.shape),
+    )
+
+
+def _check_decay(
+    is_key: Any, scale_base: Any, gamma: Any, center: Any, positions: jax.Array
+) -> tuple[bool, float, float, jax.Array]:
     check_bool("is_key", is_key)
     scale_base = check_positive_float("scale_base", scale_base)
     gamma = check_positive_float("gamma", gamma)
     center = check_integer_array("center", center)
     check_broadcastable("center", center.shape, "positions", positions.shape)
-    cos, sin = rope_cos_sin(positions, config, seq_len=seq_len)
-    rotary_dim: int = config.rotary_dim  # type: ignore[assignment]
+    return is_key, scale_base, gamma, center
+
+
+def _xpos_tables(
+    positions: jax.Array,
+    config: RopeConfig,
+    is_key: bool,
+    scale_base: float,
+    gamma: float,
+    center: jax.Array,
+    seq_len: Any,
+) -> RopeTables:
+    """:func:`xpos_cos_sin` of checked arguments."""
+    cos, sin = _rope.tables(positions, config, seq_len)
+    rotary_dim = config.rotated_features
     zeta = (2.0 * np.arange(rotary_dim // 2) / rotary_dim + gamma) / (1.0 + gamma)
     log_decay = np.log(zeta) / scale_base * (-1.0 if is_key else 1.0)
     offsets = positions - jnp.broadcast_to(center, positions.shape)
@@ -148,13 +176,10 @@ def apply_xpos(
     check_rope_config("config", config, RopeConfig)
     check_heads_array("x", x, config.head_dim)
     positions = check_positions("positions", positions, "x.shape[:-2]", x.shape[:-2])
-    cos, sin = xpos_cos_sin(
+    cos, sin = _xpos_tables(
         positions,
         config,
-        is_key=is_key,
-        scale_base=scale_base,
-        gamma=gamma,
-        center=center,
-        seq_len=seq_len,
+        *_check_decay(is_key, scale_base, gamma, center, positions),
+        check_seq_len(seq_len, "positions", positions.shape),
     )
-    return rope_rotate(x, cos, sin, layout=config.layout)
+    return _rope.rotate(x, cos, sin, config.layout)

@@ -158,7 +158,7 @@ def llama3(theta, rotary_dim, s):
 
 def frequencies(config, seq_len=None):
     """float64 ``(inv_freq [R/2], attention_scaling)`` of ``config`` at ``seq_len``."""
-    s, rotary_dim, theta = config.scaling, config.rotary_dim, config.theta
+    s, rotary_dim, theta = config.scaling, config.rotated_features, config.theta
     base = default_inv_freq(theta, rotary_dim)
     exponent = rotary_dim / (rotary_dim - 2)
     if s is None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import typing
 
 import jax
 import jax.numpy as jnp
@@ -604,21 +603,21 @@ def test_constructing_a_config_does_no_device_work(scaling, monkeypatch):
     assert hash(config) == hash(dataclasses.replace(config))
 
 
-def test_replace_head_dim_keeps_full_rotary_full():
-    config = fp.RopeConfig(head_dim=64)
-    smaller = dataclasses.replace(config, head_dim=32)
-    assert smaller.rotary_dim == 32
-    assert smaller == fp.RopeConfig(head_dim=32)
-    partial = dataclasses.replace(
-        fp.RopeConfig(head_dim=64, rotary_dim=16), head_dim=32
-    )
-    assert partial.rotary_dim == 16
-
-
-def test_rotary_dim_is_typed_int():
-    hints = typing.get_type_hints(fp.RopeConfig)
-    assert hints["rotary_dim"] is int
-    assert isinstance(fp.RopeConfig(head_dim=8).rotary_dim // 2, int)
+def test_rotary_dim_is_stored_as_given_and_resolved_apart():
+    """A config keeps the ``rotary_dim`` it was given; configs that compare equal
+    behave alike under ``dataclasses.replace`` (a resolved size stored in the field
+    made ``RopeConfig(64)`` and ``RopeConfig(64, rotary_dim=64)`` equal, then differ
+    after a replace of ``head_dim``)."""
+    full, explicit = fp.RopeConfig(head_dim=64), fp.RopeConfig(64, rotary_dim=64)
+    assert full.rotary_dim is None and full.rotated_features == 64
+    assert explicit.rotated_features == 64
+    assert full != explicit
+    assert dataclasses.replace(full, head_dim=32).rotated_features == 32
+    assert dataclasses.replace(full, head_dim=32) == fp.RopeConfig(head_dim=32)
+    partial = dataclasses.replace(fp.RopeConfig(64, rotary_dim=16), head_dim=32)
+    assert partial.rotary_dim == partial.rotated_features == 16
+    with pytest.raises(ValueError, match=r"rotary_dim.*<= head_dim \(32\)"):
+        dataclasses.replace(explicit, head_dim=32)
 
 
 @pytest.mark.parametrize("family", ["dynamic", "longrope"])

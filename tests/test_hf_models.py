@@ -78,7 +78,7 @@ def _apply(layer: fp.LayerRope, x: np.ndarray, case: dict, *, is_query: bool):
             # features de-interleaved (half order); scores are the same.
             out = fp.rope_permute_layout(
                 out,
-                rotary_dim=layer.rope.rotary_dim,
+                rotary_dim=layer.rope.rotated_features,
                 source="interleaved",
                 target="half",
             )

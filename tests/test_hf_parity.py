@@ -81,7 +81,7 @@ def test_config_maps_like_transformers(name):
     case = CASES[name]
     config = config_of(case)
     assert config.head_dim == case["head_dim"]
-    assert config.rotary_dim == case["rotary_dim"]
+    assert config.rotated_features == case["rotary_dim"]
     assert config.layout == case["layout"]
     assert isinstance(config.scaling, SCALING_OF_ROPE_TYPE[case["rope_type"]])
     assert hash(config) == hash(config_of(case))  # usable as a static argument
@@ -111,7 +111,7 @@ def test_cos_sin_match_within_angle_rounding(name):
     config = config_of(case)
     positions = jnp.asarray(case["positions"])
     cos, sin = jax.jit(fp.rope_cos_sin, static_argnums=1)(positions, config)
-    half = config.rotary_dim // 2
+    half = config.rotated_features // 2
     hf_cos, hf_sin = f32(case["cos"]), f32(case["sin"])
     # transformers' tables are full width: [freqs, freqs].
     np.testing.assert_array_equal(hf_cos[..., :half], hf_cos[..., half:])
@@ -127,13 +127,13 @@ def test_cos_sin_match_within_angle_rounding(name):
 def test_rotation_matches_on_transformers_tables(name):
     case = CASES[name]
     config = config_of(case)
-    half = config.rotary_dim // 2
+    half = config.rotated_features // 2
     cos, sin = f32(case["cos"])[..., :half], f32(case["sin"])[..., :half]
     rotated = fp.rope_rotate(
         jnp.asarray(f32(case["q"])), cos, sin, layout=config.layout
     )
     if config.layout == "interleaved":
-        rotated = deinterleave(np.asarray(rotated), config.rotary_dim)
+        rotated = deinterleave(np.asarray(rotated), config.rotated_features)
     np.testing.assert_allclose(rotated, f32(case["q_rotated"]), atol=1e-5, rtol=1e-6)
 
 
@@ -146,7 +146,7 @@ def test_apply_rope_end_to_end(name):
         q, jnp.asarray(case["positions"]), config
     )
     if config.layout == "interleaved":
-        rotated = deinterleave(np.asarray(rotated), config.rotary_dim)
+        rotated = deinterleave(np.asarray(rotated), config.rotated_features)
     angle = np.max(np.abs(case["positions"])) * np.max(f32(case["inv_freq"]))
     allowance = (
         2
@@ -231,7 +231,7 @@ def test_defaults_are_filled_like_transformers():
             "rotary_emb_base": 10000,
         }
     )
-    assert neox.rotary_dim == 32  # GPTNeoXConfig's default rotary_pct = 0.25
+    assert neox.rotated_features == 32  # GPTNeoXConfig's default rotary_pct = 0.25
     deepseek = fp.rope_config_from_hf(
         {"model_type": "deepseek_v3", "qk_rope_head_dim": 64, "rope_theta": 1e4}
     )

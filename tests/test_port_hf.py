@@ -92,7 +92,7 @@ def test_glm_port_matches_with_interleaved_layout():
     """The GLM port itself is right: with the layout GLM uses it matches, with the
     other one the logits are far off (the fixture sees the RoPE layout)."""
     config = port_hf.read_config(CHECKPOINTS / "glm")
-    assert config.rope.rotary_dim == 8  # partial_rotary_factor 0.5 of head_dim 16
+    assert config.rope.rotated_features == 8  # partial_rotary_factor 0.5 of head_dim 16
     result = port_hf.check(CHECKPOINTS / "glm", with_rope(config, layout="interleaved"))
     assert result.ok, result
     wrong = port_hf.check(CHECKPOINTS / "glm", with_rope(config, layout="half"))

@@ -8,7 +8,7 @@ import pytest
 import rope_reference as ref
 
 import flax_posenc as fp
-import flax_posenc.rope as rope_module
+from flax_posenc import _rope
 from flax_posenc import linen as pl
 from flax_posenc import nnx as pn
 
@@ -64,11 +64,13 @@ def test_modules_equal_apply_rope_and_each_other(family, layout, dtype):
 def test_one_cos_sin_table_serves_q_and_k(monkeypatch):
     calls = []
 
-    def counting(*args, **kwargs):
-        calls.append(args)
-        return fp.rope_cos_sin(*args, **kwargs)
+    tables = _rope.tables
 
-    monkeypatch.setattr(rope_module, "rope_cos_sin", counting)
+    def counting(*args):
+        calls.append(args)
+        return tables(*args)
+
+    monkeypatch.setattr(_rope, "tables", counting)
     pn.RotaryEmbedding(fp.RopeConfig(head_dim=8))(Q, K, POSITIONS)
     assert len(calls) == 1
     pn.RotaryEmbedding(fp.RopeConfig(head_dim=8))(Q, K, POSITIONS, POSITIONS)

@@ -305,7 +305,7 @@ def test_mrope_tables_match_transformers(name):
     cos, sin = jax.jit(
         fp.mrope_cos_sin, static_argnums=1, static_argnames="mrope_section"
     )(jnp.asarray(positions), QWEN2_VL, mrope_section=QWEN2_VL_SECTION)
-    half = QWEN2_VL.rotary_dim // 2
+    half = QWEN2_VL.rotated_features // 2
     hf_cos, hf_sin = f32(case["cos"]), f32(case["sin"])
     np.testing.assert_array_equal(hf_cos[..., :half], hf_cos[..., half:])
     angles = mrope_angles64(positions, FIXTURES["inv_freq"], QWEN2_VL_SECTION)

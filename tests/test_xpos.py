@@ -45,7 +45,7 @@ def torchscale_xpos(x, offset, downscale, scale_base=512.0, theta=10000.0):
 def xpos_complex64(x, positions, center, config, *, is_key, scale_base, gamma):
     """The paper's formula with pairs as complex numbers: ``z_i e^(i theta_i p)
     zeta_i^(+-(p - c)/b)``."""
-    rotary = config.rotary_dim
+    rotary = config.rotated_features
     x = np.asarray(x, np.float64)
     if config.layout == "half":
         z = x[..., : rotary // 2] + 1j * x[..., rotary // 2 : rotary]

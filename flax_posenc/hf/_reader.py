@@ -893,14 +893,14 @@ def _layer_rope(
     rope = RopeConfig(
         head_dim=head_dim,
         theta=theta,
-        rotary_dim=rotary - rotary % 2,
+        rotary_dim=None if rotary == head_dim else rotary - rotary % 2,
         layout=_layout(cfg),  # type: ignore[arg-type]
         scaling=scaling,
     )
     mrope_section = None
     mrope_layout: MropeLayout = "contiguous"
     if cfg.model.mrope == "alternating":  # rows alternate pair by pair (NeoMME)
-        half = rope.rotary_dim // 2
+        half = rope.rotated_features // 2
         mrope_section, mrope_layout = (half // 2, half - half // 2), "interleaved"
     elif cfg.model.mrope is not None:
         sections = block.get("mrope_section", cfg.model.mrope_section)
