@@ -20,6 +20,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+import flax_posenc as fp
+
 PAD, SEP = 0, 1
 FIRST_SYMBOL = 2
 
@@ -39,7 +41,15 @@ def vocab_size(num_symbols: int) -> int:
 
 
 @functools.partial(
-    jax.jit, static_argnames=("batch_size", "n_max", "num_symbols", "variable_length")
+    jax.jit,
+    static_argnames=(
+        "batch_size",
+        "n_max",
+        "num_symbols",
+        "variable_length",
+        "position_sampling",
+        "max_position",
+    ),
 )
 def make_batch(
     key: jax.Array,
@@ -48,12 +58,19 @@ def make_batch(
     n_max: int,
     num_symbols: int,
     variable_length: bool,
+    position_sampling: str = "arange",
+    max_position: int | None = None,
 ) -> Batch:
     """Copy examples of ``n_max`` symbols (or ``n`` uniform in ``[1, n_max]``).
 
     Inputs are ``seq[:-1]`` of ``seq = x_1..x_n SEP x_1..x_n PAD..`` padded to
     ``2 * n_max + 1``; the mask marks the ``n`` positions whose target is an answer
     token. Jitted, with the sizes static.
+
+    ``position_sampling`` places the ``T = 2 n_max`` tokens: ``"arange"`` at
+    ``0..T-1``; ``"randomized"`` at a sorted random subset of ``[0,
+    max_position)`` per sequence (:func:`flax_posenc.randomized_positions`);
+    ``"pose"`` in two chunks with a random skip (:func:`flax_posenc.pose_positions`).
     """
     if n_max > num_symbols:
         raise ValueError(
@@ -78,4 +95,24 @@ def make_batch(
     tokens, targets = seq[:, :-1], seq[:, 1:]
     input_index = i[:, :-1]
     mask = (input_index >= n) & (input_index < 2 * n)
-    return Batch(tokens, input_index, targets, mask)
+    positions = sampled_positions(
+        jax.random.fold_in(key, 1), input_index, position_sampling, max_position
+    )
+    return Batch(tokens, positions, targets, mask)
+
+
+def sampled_positions(
+    key: jax.Array, index: jax.Array, sampling: str, max_position: int | None
+) -> jax.Array:
+    """``index [B, T]`` itself, or positions sampled over ``[0, max_position)``."""
+    if sampling == "arange":
+        return index
+    if sampling not in ("randomized", "pose"):
+        raise ValueError(
+            "`position_sampling` must be 'arange', 'randomized' or 'pose', got "
+            f"{sampling!r}."
+        )
+    if max_position is None:
+        raise ValueError(f"position_sampling={sampling!r} needs `max_position`.")
+    sample = fp.randomized_positions if sampling == "randomized" else fp.pose_positions
+    return sample(key, index.shape[1], max_position, batch_shape=index.shape[:1])

@@ -9,6 +9,12 @@ n = 1x, 2x and 4x n_train, prints a table and saves PNGs into ``--out``:
 * ``sinusoidal_heatmap.png``, ``rope_score_vs_distance.png``, ``alibi_bias.png``,
   ``t5_bias.png``: the encodings themselves (``encoding_plots.py``).
 
+The rows: no encoding, sinusoidal, learned, RoPE (and RoPE with linear / YaRN
+scaling switched on at evaluation), ALiBi, T5 buckets, FIRE, Kerple (logarithmic),
+CoPE, and RoPE trained at randomized positions or PoSE's skip-wise positions over
+the whole evaluated range (see ``transformer.py``). Every row trains with the same
+budget, optimiser and seed.
+
 The results are whatever the run produces: nothing is tuned per encoding.
 
 Run: ``python examples/demo.py --out out/`` (``--quick`` for CI, ``--encodings rope
@@ -77,12 +83,16 @@ def plot_learning_curves(runs: list[Trained], path: pathlib.Path) -> None:
 def plot_accuracy(
     accuracy: dict[str, dict[int, float]], n_train: int, path: pathlib.Path
 ) -> None:
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for encoding, by_factor in accuracy.items():
+    """Accuracy against the number of copied symbols, one line per encoding (line
+    styles and markers cycle so that 13 lines stay apart)."""
+    fig, ax = plt.subplots(figsize=(8, 5))
+    styles, markers = ("-", "--", ":", "-."), "os^vDP*Xph<>d"
+    for i, (encoding, by_factor) in enumerate(accuracy.items()):
         ax.plot(
             [f * n_train for f in FACTORS],
             [by_factor[f] for f in FACTORS],
-            marker="o",
+            linestyle=styles[i % len(styles)],
+            marker=markers[i % len(markers)],
             label=encoding,
         )
     ax.axvline(n_train, color="gray", linestyle=":", label="trained up to")
@@ -93,7 +103,7 @@ def plot_accuracy(
         title="length generalisation",
     )
     ax.set_xticks([f * n_train for f in FACTORS], [str(f * n_train) for f in FACTORS])
-    ax.legend(fontsize="small")
+    ax.legend(fontsize="small", ncol=2)
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 

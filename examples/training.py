@@ -110,9 +110,17 @@ def masked_loss_and_accuracy(
 
 
 def make_train_step(
-    graphdef: nnx.GraphDef, tx: optax.GradientTransformation, train: TrainConfig
+    graphdef: nnx.GraphDef,
+    tx: optax.GradientTransformation,
+    train: TrainConfig,
+    *,
+    position_sampling: str = "arange",
+    max_position: int | None = None,
 ) -> Callable:
-    """``step(params, opt_state, key) -> (params, opt_state, loss)``, jitted once."""
+    """``step(params, opt_state, key) -> (params, opt_state, loss)``, jitted once.
+
+    ``position_sampling`` / ``max_position``: where the training tokens sit (see
+    ``copy_task.make_batch``; ``Config.position_sampling``)."""
 
     @jax.jit
     @max_traces(1)
@@ -123,6 +131,8 @@ def make_train_step(
             n_max=train.n_train,
             num_symbols=train.num_symbols,
             variable_length=True,
+            position_sampling=position_sampling,
+            max_position=max_position,
         )
 
         def loss_fn(params):
@@ -201,7 +211,13 @@ def train_model(
     graphdef, params = nnx.split(init_model(config, train.seed))
     tx = make_optimizer(train)
     opt_state = tx.init(params)
-    train_step = make_train_step(graphdef, tx, train)
+    train_step = make_train_step(
+        graphdef,
+        tx,
+        train,
+        position_sampling=config.position_sampling,
+        max_position=config.max_len,
+    )
     keys = jax.random.split(jax.random.key(train.seed), train.steps)
     losses = []
     bar = tqdm(range(train.steps), desc=f"{config.encoding:>11}", disable=not progress)

@@ -12,7 +12,16 @@
   on sequences longer than the training ones;
 * ``alibi``: ``flax_posenc.alibi_bias`` added to the attention logits;
 * ``t5``: ``flax_posenc.nnx.RelativePositionBias`` (learned, shared by all layers)
-  added to the attention logits.
+  added to the attention logits;
+* ``fire``, ``kerple_log``: ``flax_posenc.nnx.FIRE`` / ``Kerple`` (learned, shared
+  by all layers, as the T5 table) added to the attention logits; FIRE's threshold
+  starts at a quarter of the training length (the authors' 512 for 2048);
+* ``cope``: ``flax_posenc.nnx.CoPE`` in every layer (its gates read that layer's q
+  and k), added to ``q . k`` before the ``1 / sqrt(H)`` scale as the authors do,
+  with ``train_len + 1`` embedded positions (their default, block size + 1);
+* ``rope_randomized``, ``rope_pose``: plain RoPE, trained at positions drawn by
+  ``flax_posenc.randomized_positions`` / ``pose_positions`` over ``[0, max_len)``
+  (:attr:`Config.position_sampling`), evaluated at ``0..L-1``.
 
 Positions are explicit everywhere: :meth:`Transformer.__call__` takes integer
 ``positions [B, L]`` and a ``valid [B, L]`` mask of real (non-padding) tokens. With a
@@ -26,6 +35,7 @@ left-padded batch then equals full recomputation (``examples/decode.py``).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -44,8 +54,16 @@ ENCODINGS = (
     "rope_yarn",
     "alibi",
     "t5",
+    "fire",
+    "kerple_log",
+    "cope",
+    "rope_randomized",
+    "rope_pose",
 )
 ROPE_ENCODINGS = ("rope", "rope_linear", "rope_yarn")
+"""Trained once: the scaling families only change evaluation."""
+SAMPLED_ROPE_ENCODINGS = ("rope_randomized", "rope_pose")
+"""RoPE trained at sampled positions (each trained on its own)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +104,18 @@ class Config:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.num_heads
+
+    @property
+    def position_sampling(self) -> str:
+        """How training batches place their tokens: ``"arange"`` (``0..L-1``),
+        ``"randomized"`` or ``"pose"`` (over ``[0, max_len)``)."""
+        return {"rope_randomized": "randomized", "rope_pose": "pose"}.get(
+            self.encoding, "arange"
+        )
+
+    @property
+    def uses_rope(self) -> bool:
+        return self.encoding in ROPE_ENCODINGS + SAMPLED_ROPE_ENCODINGS
 
 
 def rope_config(config: Config, factor: float = 1.0) -> fp.RopeConfig:
@@ -164,14 +194,16 @@ def attend(
     mask: jax.Array,
     cache: KVCache | None,
     slots: jax.Array | None,
+    content_bias: Callable[[jax.Array, jax.Array], jax.Array] | None = None,
 ) -> tuple[jax.Array, KVCache | None]:
     """The parameter-free core of attention, shared by the nnx and linen blocks.
 
     ``q, k, v [B, L, N, H]``: RoPE tables (of the tokens' positions) rotate q and k;
     with a cache, the new k/v are written into ``slots`` (int ``[B, L]``, from
     :func:`write_slots`) and the keys are all ``S`` slots. ``bias [B, N, L, S]`` is
-    added to the logits, ``mask [B, 1, L, S]`` keeps the allowed pairs. Returns
-    ``[B, L, N, H]`` and the cache.
+    added to the logits, ``mask [B, 1, L, S]`` keeps the allowed pairs;
+    ``content_bias(q, k)`` (CoPE) returns a bias added to ``q . k`` before the
+    scale. Returns ``[B, L, N, H]`` and the cache.
     """
     if rope is not None:
         q = fp.rope_rotate(q, rope.cos, rope.sin, layout=rope_layout)
@@ -180,6 +212,9 @@ def attend(
         rows = jnp.arange(q.shape[0])[:, None]
         cache = KVCache(cache.k.at[rows, slots].set(k), cache.v.at[rows, slots].set(v))
         k, v = cache.k, cache.v
+    if content_bias is not None:
+        scaled = content_bias(q, k) / jnp.sqrt(jnp.float32(q.shape[-1]))
+        bias = scaled if bias is None else bias + scaled
     return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask), cache
 
 
@@ -191,6 +226,11 @@ class Attention(nnx.Module):
         self.rope_layout = config.rope_layout
         self.qkv = nnx.LinearGeneral(d, (3, n, h), use_bias=False, rngs=rngs)
         self.out = nnx.LinearGeneral((n, h), d, axis=(-2, -1), rngs=rngs)
+        self.cope = nnx.data(
+            pnnx.CoPE(h, num_positions=config.train_len + 1, rngs=rngs)
+            if config.encoding == "cope"
+            else None
+        )
 
     def __call__(
         self,
@@ -201,9 +241,18 @@ class Attention(nnx.Module):
         mask: jax.Array,
         cache: KVCache | None,
         slots: jax.Array | None,
+        positions: tuple[jax.Array, jax.Array] | None = None,
     ) -> tuple[jax.Array, KVCache | None]:
-        """``x [B, L, D]``; see :func:`attend`."""
+        """``x [B, L, D]``; ``positions`` (q's ``[B, L]``, the keys' ``[B, S]``)
+        are read by CoPE only. See :func:`attend`."""
         qkv = self.qkv(x)
+        content_bias = None
+        if self.cope is not None:
+            q_positions, k_positions = positions
+
+            def content_bias(q, k):
+                return self.cope(q, k, q_positions, k_positions, mask=mask)
+
         out, cache = attend(
             qkv[:, :, 0],
             qkv[:, :, 1],
@@ -214,6 +263,7 @@ class Attention(nnx.Module):
             mask=mask,
             cache=cache,
             slots=slots,
+            content_bias=content_bias,
         )
         return self.out(out), cache
 
@@ -229,9 +279,15 @@ class Block(nnx.Module):
         self.mlp_in = nnx.Linear(d, config.d_ff, rngs=rngs)
         self.mlp_out = nnx.Linear(config.d_ff, d, rngs=rngs)
 
-    def __call__(self, x, *, rope, bias, mask, cache, slots):
+    def __call__(self, x, *, rope, bias, mask, cache, slots, positions=None):
         y, cache = self.attention(
-            self.norm1(x), rope=rope, bias=bias, mask=mask, cache=cache, slots=slots
+            self.norm1(x),
+            rope=rope,
+            bias=bias,
+            mask=mask,
+            cache=cache,
+            slots=slots,
+            positions=positions,
         )
         x = x + y
         x = x + self.mlp_out(jax.nn.gelu(self.mlp_in(self.norm2(x))))
@@ -250,7 +306,14 @@ def absolute_encoding(config: Config, *, rngs: nnx.Rngs) -> nnx.Module | None:
 
 
 def relative_bias(config: Config, *, rngs: nnx.Rngs) -> nnx.Module | None:
-    """T5's learned bucketed bias (one table shared by all layers), if used."""
+    """The learned bias of positions (one module shared by all layers), if used:
+    T5's buckets, FIRE or Kerple."""
+    if config.encoding == "fire":
+        return pnnx.FIRE(
+            config.num_heads, init_threshold=config.train_len / 4, rngs=rngs
+        )
+    if config.encoding == "kerple_log":
+        return pnnx.Kerple(config.num_heads, kernel="log", rngs=rngs)
     if config.encoding != "t5":
         return None
     return pnnx.RelativePositionBias(
@@ -269,7 +332,7 @@ class Transformer(nnx.Module):
         self.config = config
         self.embed = nnx.Embed(config.vocab_size, config.d_model, rngs=rngs)
         self.absolute = nnx.data(absolute_encoding(config, rngs=rngs))
-        self.rope = rope_config(config) if config.encoding in ROPE_ENCODINGS else None
+        self.rope = rope_config(config) if config.uses_rope else None
         self.relative = nnx.data(relative_bias(config, rngs=rngs))
         self.blocks = nnx.List(
             [Block(config, rngs=rngs) for _ in range(config.num_layers)]
@@ -280,7 +343,8 @@ class Transformer(nnx.Module):
     def attention_bias(
         self, q_positions: jax.Array, k_positions: jax.Array
     ) -> jax.Array | None:
-        """The additive logit bias ``[B, N, L, S]`` of ALiBi or T5, else None."""
+        """The additive logit bias ``[B, N, L, S]`` of ALiBi, T5, FIRE or Kerple,
+        else None."""
         if self.config.encoding == "alibi":
             return fp.alibi_bias(q_positions, k_positions, self.config.num_heads)
         if self.relative is not None:
@@ -329,6 +393,7 @@ class Transformer(nnx.Module):
                 mask=mask,
                 cache=None if cache is None else cache.layers[i],
                 slots=slots,
+                positions=(positions, k_positions),
             )
             layers.append(layer_cache)
         logits = self.unembed(self.norm(x))
@@ -344,7 +409,7 @@ def extend_context(model: Transformer, factor: float) -> Transformer:
     Identity unless the encoding is ``rope_linear``/``rope_yarn`` and ``factor > 1``:
     then a copy whose RoPE frequencies use that scaling family (same parameters).
     """
-    if model.rope is None or factor <= 1 or model.config.encoding == "rope":
+    if factor <= 1 or model.config.encoding not in ("rope_linear", "rope_yarn"):
         return model
     scaled = nnx.clone(model)
     scaled.rope = rope_config(model.config, factor)
