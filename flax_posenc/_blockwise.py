@@ -256,6 +256,22 @@ def accumulate(
     return jax.lax.map(scanned, (starts, stats))
 
 
+def accumulate_in_place(
+    blocks: Blocks, bias: Bias | None, precision: Any, stats: Stats
+) -> Stats:
+    """:func:`accumulate` as a loop that updates ``stats`` block by block in place
+    (one buffer instead of the map's input and output): for a forward pass that is
+    not differentiated by autodiff (ring attention's custom VJP)."""
+    starts = jnp.asarray(q_starts(blocks.q.shape[1], blocks.block_q))
+
+    def body(index: jax.Array, stats: Stats) -> Stats:
+        block = Stats(*(x[index] for x in stats))
+        block = _accumulate_q_block(blocks, bias, precision, starts[index], block)
+        return Stats(*(x.at[index].set(y) for x, y in zip(stats, block, strict=True)))
+
+    return jax.lax.fori_loop(0, len(starts), body, stats)
+
+
 def normalise(stats: Stats, dtype: Any) -> jax.Array:
     """``acc / denominator`` (zeros for rows with no key) in ``dtype``, in the
     statistics' layout ``[..., B, K, G, block_q, Hv]``."""
@@ -306,8 +322,15 @@ def _accumulate_q_block(
     stats: Stats,
 ) -> Stats:
     """One query block's ``stats`` after a rematerialised scan over the key
-    blocks."""
+    blocks; ``Stats(row_max, None, None)`` starts from zero sums at ``row_max``."""
     q_block = jax.lax.dynamic_slice_in_dim(blocks.q, q_start, blocks.block_q, axis=1)
+    if stats.acc is None:  # a given row_max, nothing accumulated yet
+        zeros = jnp.zeros_like(stats.row_max)
+        stats = Stats(
+            stats.row_max,
+            zeros,
+            jnp.zeros((*zeros.shape, blocks.v.shape[-1]), jnp.float32),
+        )
     step = functools.partial(_k_step, blocks, bias, precision, q_start, q_block)
     keys = blocks.k.shape[1]
     carry, _ = jax.lax.scan(

@@ -162,7 +162,7 @@ def _forward_stats(
 
     def step(stats: Stats, kv: tuple) -> Stats:
         current = _with_keys(blocks, kv)
-        update = lambda s: _blockwise.accumulate(current, bias, precision, s)
+        update = lambda s: _blockwise.accumulate_in_place(current, bias, precision, s)
         allowed = may_attend(current)
         if allowed is None:
             return update(stats)
@@ -173,10 +173,12 @@ def _forward_stats(
         incoming = jax.lax.ppermute(kv, axis_name, perm)  # overlaps the step
         return step(stats, kv), incoming
 
+    # The first step reads the inputs; the loop then carries only received blocks
+    # (a loop carry initialised from an input would be one more copy of it).
     kv = (blocks.k, blocks.v, blocks.k_positions, blocks.k_segment_ids)
-    stats, kv = jax.lax.fori_loop(
-        0, size - 1, body, (_blockwise.init_stats(blocks), kv)
-    )
+    incoming = jax.lax.ppermute(kv, axis_name, perm)
+    stats = step(_blockwise.init_stats(blocks), kv)
+    stats, kv = jax.lax.fori_loop(0, size - 2, body, (stats, incoming))
     return step(stats, kv)
 
 
@@ -209,7 +211,7 @@ def _backward(
     )
     (d_acc,) = to_stats(d_out.astype(f32))
     (d_denominator,) = rows(-jnp.sum(d_out.astype(f32) * out.astype(f32), axis=-1))
-    start = Stats(lse, jnp.zeros_like(lse), jnp.zeros(layout.shape, f32))
+    start = Stats(lse, None, None)  # zero sums at row_max = lse, made per block
 
     def sums(q, k, v, arrays, kp, ks):
         current = _with_keys(blocks._replace(q=q), (k, v, kp, ks))
@@ -251,7 +253,10 @@ def _backward(
         (jnp.zeros(blocks.k.shape, f32), jnp.zeros(blocks.v.shape, f32)),
         jax.tree_util.tree_map(jnp.zeros_like, arrays),
     )
-    grads, kv = jax.lax.fori_loop(0, size - 1, body, (init, kv))
+    # As the forward: the first step reads the inputs, the loop carries received
+    # blocks only.
+    carry = body(0, (init, kv))
+    grads, kv = jax.lax.fori_loop(1, size - 1, body, carry)
     d_q, d_kv, d_arrays = step(grads, kv)
     d_k, d_v = jax.lax.ppermute(d_kv, axis_name, perm)  # the last step home
     return (
