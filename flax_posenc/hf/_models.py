@@ -11,6 +11,29 @@ num_attention_heads``) needs only its entry in ``_defaults.DEFAULTS`` and the na
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
+
+from flax_posenc.rope import RopeLayout
+
+HeadDimRule = Literal["head_dim", "ratio", "twice_ratio", "qk_rope_head_dim"]
+"""Where a model's rotated head size comes from (rules in ``hf/_rules.py``)."""
+NopeRule = Literal[
+    "no_rope_layers",
+    "sliding_attention",
+    "sliding_only",
+    "sliding_or_no_window",
+    "position_embedding_type",
+    "use_mem_rope",
+    "layer_rope_theta",
+    "layer_rope_switch",
+    "all",
+]
+"""Which layers of a model skip RoPE (rules in ``hf/_rules.py``)."""
+QueryScalingRule = Literal["llama4", "llama_4_scaling_beta"]
+"""Where a model's position-dependent query factor comes from."""
+MropeRule = Literal["contiguous", "interleaved", "hw_alternating", "xd", "alternating"]
+"""A model's M-RoPE layout: one of :data:`flax_posenc.MropeLayout`, or NeoMME's
+``"alternating"`` rows."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,16 +107,16 @@ class Model:
         back on load (Dory).
     """
 
-    layout: str = "half"
+    layout: RopeLayout = "half"
     interleave_key: bool = False
-    head_dim: str = "head_dim"
+    head_dim: HeadDimRule = "head_dim"
     rotary_dim_key: str | None = None
     partial_keys: tuple[str, ...] = ()
     theta_keys: tuple[str, ...] = ()
-    nope: str | None = None
-    query_scaling: str | None = None
+    nope: NopeRule | None = None
+    query_scaling: QueryScalingRule | None = None
     softmax_mscale: bool = False
-    mrope: str | None = None
+    mrope: MropeRule | None = None
     local_theta_key: str | None = None
     block_keys: frozenset[str] = frozenset()
     alpha: bool = False
@@ -149,7 +172,9 @@ _MLA_INTERLEAVED = Model(
 _MROPE_KEYS = frozenset({"mrope_section", "mrope_interleaved"})
 
 
-def _mrope(kind: str, section: tuple[int, ...], layout: str = "half") -> Model:
+def _mrope(
+    kind: MropeRule, section: tuple[int, ...], layout: RopeLayout = "half"
+) -> Model:
     return Model(
         layout=layout, mrope=kind, mrope_section=section, block_keys=_MROPE_KEYS
     )

@@ -1,0 +1,306 @@
+"""Phase 1 of reading a transformers config: normalise it into a typed, frozen
+:class:`Record` (each block's head size, theta, rotated features, scaling family and
+M-RoPE sections; the layer types; each layer's RoPE use and block), raising on
+anything transformers would not compute or that the reader does not follow.
+
+Phase 2 (``hf/_reader.py``) builds the layers from the record alone, as transformers
+splits standardising a config (``standardize_rope_params``) from computing with it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from flax_posenc._validation import check_bool, check_float, check_length
+from flax_posenc.hf import _blocks, _families, _rules
+from flax_posenc.hf._config import Config, lengths, text_config
+from flax_posenc.query_scaling import QueryScaling
+from flax_posenc.rope import RopeConfig
+from flax_posenc.rope_nd import MropeLayout
+
+LayerUse = Literal["rope", "nope", "no_attention"]
+"""A layer rotates (``"rope"``), is a NoPE attention layer (``"nope"``: it keeps
+the model's query temperature), or has no attention (an MLP or convolution)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockRecord:
+    """One rope block, normalised.
+
+    Attributes:
+      rope: the block's head size, theta, rotated features, layout and scaling
+        family (validated).
+      mrope_section: M-RoPE pairs per position row, or None for 1-D RoPE.
+      mrope_layout: how the sections share out the pairs.
+      query_beta: Ministral 3's ``llama_4_scaling_beta``, or None.
+      original: the pre-training length, where ``query_beta`` needs it.
+    """
+
+    rope: RopeConfig
+    mrope_section: tuple[int, ...] | None = None
+    mrope_layout: MropeLayout = "contiguous"
+    query_beta: float | None = None
+    original: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerRecord:
+    """One decoder layer: its use of RoPE, its block (a ``"rope"`` layer whose block
+    is None rotates nothing), and its own base (Granite SWA's ``layer_rope_theta``)
+    or None."""
+
+    use: LayerUse
+    block: str | None = None
+    theta: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """A transformers config, normalised: everything phase 2 reads.
+
+    Attributes:
+      model_type: the text config's ``model_type``.
+      layer_types: the per-layer type names, or None.
+      blocks: the block of each layer type (None: one block for every layer);
+        a None block is a layer type without RoPE.
+      layers: one :class:`LayerRecord` per decoder layer.
+      temperature: Llama 4's query temperature on NoPE layers, or None.
+      softmax_mscale: YaRN's ``mscale_all_dim`` also scales the softmax.
+      rope_features: ``"last"`` where the rotated slice ends the head (MLA).
+      position_sign: -1 where the model rotates by ``-theta``.
+    """
+
+    model_type: str
+    layer_types: tuple[str, ...] | None
+    blocks: Mapping[str | None, BlockRecord | None]
+    layers: tuple[LayerRecord, ...]
+    temperature: QueryScaling | None = None
+    softmax_mscale: bool = False
+    rope_features: Literal["first", "last"] = "first"
+    position_sign: Literal[1, -1] = 1
+
+
+def normalise(config: Mapping[str, Any]) -> Record:
+    """Phase 1: ``config`` (a ``config.json`` dict) as a :class:`Record`."""
+    cfg = Config(text_config(config))
+    count = _layer_count(cfg)
+    if cfg.model.nope == "all":  # the model never calls its rotary function
+        return Record(cfg.model_type, None, {}, (LayerRecord("nope"),) * count)
+    for flag in cfg.model.unsupported_flags:
+        if check_bool(cfg.where(flag), cfg.get(flag, False)):
+            raise ValueError(
+                f"{cfg.where(flag)} is true: transformers' {cfg.model_type!r} then "
+                "does more than a LayerRope describes; read its modeling code."
+            )
+    layer_types = _rules.layer_types(cfg, count)
+    blocks = {
+        key: None if block is None else _block(cfg, block, key, layer_types)
+        for key, block in _blocks.blocks(cfg).items()
+    }
+    temperature = _temperature(cfg)
+    return Record(
+        model_type=cfg.model_type,
+        layer_types=layer_types,
+        blocks=blocks,
+        layers=_layers(cfg, count, layer_types, blocks),
+        temperature=temperature,
+        softmax_mscale=cfg.model.softmax_mscale,
+        rope_features="last"
+        if cfg.model.head_dim == "qk_rope_head_dim" or cfg.model.rope_slice_last
+        else "first",
+        position_sign=-1 if cfg.model.position_sign == -1 else 1,
+    )
+
+
+def _layer_count(cfg: Config) -> int:
+    """``num_hidden_layers`` under any name; Dory's (attention, mlp) pairs halved
+    back into one decoder layer each, as its class does on load."""
+    count = cfg.explicit("num_hidden_layers")
+    for alias in ("num_layers", "n_layer"):  # classes that name it otherwise
+        if count is None:
+            count = cfg.config.get(alias)
+    types = cfg.explicit("layer_types")
+    if count is None and isinstance(types, list):  # Nemotron-H: derived from them
+        count = len(types)
+    if count is None:
+        count = cfg.defaults.get("num_hidden_layers")
+    count = check_length(cfg.where("num_hidden_layers"), count)
+    if cfg.model.paired_mlp and isinstance(types, list) and "mlp" in types:
+        if types[1::2] != ["mlp"] * (len(types) // 2) or len(types) % 2:
+            raise ValueError(
+                f"{cfg.where('layer_types')} must alternate attention types and "
+                f"'mlp' (as {cfg.model_type!r}'s to_dict writes them), got {types}."
+            )
+        cfg.config = {**cfg.config, "layer_types": types[::2]}
+        count //= 2
+    return count
+
+
+def _block(
+    cfg: Config,
+    block: Mapping[str, Any],
+    layer_type: str | None,
+    layer_types: tuple[str, ...] | None,
+) -> BlockRecord:
+    """One rope block, checked and normalised."""
+    where = "rope_parameters" + ("" if layer_type is None else f"[{layer_type!r}]")
+    block = _blocks.legacy_block(cfg, block, where)
+    rope_type = _blocks.rope_type(block, where)
+    _blocks.check_keys(cfg, block, rope_type, where)
+    _blocks.check_partial_is_read(cfg, block, rope_type, where)
+    reading = _families.BlockReading(cfg, block, where, rope_type)
+    head_dim = _rules.head_dim(cfg, layer_type, layer_types)
+    theta = check_float(f"{where}['rope_theta']", block.get("rope_theta", 10000.0))
+    rotary = _rotary(cfg, reading, head_dim)
+    if cfg.model.rope_slice_last:  # the rotated slice is the last `rotary` features
+        head_dim = rotary
+    rope = RopeConfig(
+        head_dim=head_dim,
+        theta=theta,
+        rotary_dim=None if rotary == head_dim else rotary - rotary % 2,
+        layout=_rules.layout(cfg),
+        scaling=_families.scaling(reading),
+    )
+    mrope_section, mrope_layout = _mrope(cfg, block, where, rope.rotated_features)
+    beta = None
+    if cfg.model.query_scaling == "llama_4_scaling_beta" and block.get(
+        "llama_4_scaling_beta"
+    ):
+        beta = check_float(
+            f"{where}['llama_4_scaling_beta']", block["llama_4_scaling_beta"]
+        )
+    return BlockRecord(
+        rope=rope,
+        mrope_section=mrope_section,
+        mrope_layout=mrope_layout,
+        query_beta=beta,
+        original=None if beta is None else reading.original,
+    )
+
+
+def _rotary(cfg: Config, reading: _families.BlockReading, head_dim: int) -> int:
+    """The rotated features, before rounding down to even."""
+    if cfg.model.rotary_dim_key is not None:  # GPT-J's rotary_dim; None: whole head
+        rotary = cfg.get(cfg.model.rotary_dim_key)
+        return (
+            head_dim
+            if rotary is None
+            else check_length(cfg.where("rotary_dim"), rotary)
+        )
+    if reading.rope_type == "proportional":
+        return head_dim  # unrotated pairs get inv_freq 0 (Gemma 4)
+    if cfg.model.head_dim == "qk_rope_head_dim":
+        return head_dim  # MLA rotates all of its rope slice (Mistral 4's partial
+        # factor applies to the full head: int(128 * 0.5) == qk_rope_head_dim)
+    return int(head_dim * reading.partial)
+
+
+def _mrope(
+    cfg: Config, block: Mapping[str, Any], where: str, rotated: int
+) -> tuple[tuple[int, ...] | None, MropeLayout]:
+    """The block's M-RoPE sections and layout, or ``(None, "contiguous")``."""
+    if cfg.model.mrope == "alternating":  # rows alternate pair by pair (NeoMME)
+        half = rotated // 2
+        return (half // 2, half - half // 2), "interleaved"
+    if cfg.model.mrope is None:
+        if block.get("mrope_section") is not None:
+            raise ValueError(
+                f"{where} has mrope_section, but transformers' {cfg.model_type!r} "
+                "attention applies 1-D RoPE; remove it."
+            )
+        return None, "contiguous"
+    layout: MropeLayout = cfg.model.mrope
+    sections = block.get("mrope_section", cfg.model.mrope_section)
+    if sections is None:
+        raise ValueError(
+            f"{where} needs mrope_section: transformers' {cfg.model_type!r} "
+            "rotary module has no default for it."
+        )
+    given = block.get("mrope_interleaved")
+    if given is not None and check_bool(f"{where}['mrope_interleaved']", given) != (
+        layout == "interleaved"
+    ):
+        raise ValueError(
+            f"{where}['mrope_interleaved'] is {given}, but transformers' "
+            f"{cfg.model_type!r} rotary module ignores the key and always uses "
+            f"{layout} sections; remove it."
+        )
+    return lengths(f"{where}['mrope_section']", sections), layout
+
+
+def _temperature(cfg: Config) -> QueryScaling | None:
+    """Llama 4's ``attn_temperature_tuning`` query factor, on its NoPE layers."""
+    if cfg.model.query_scaling != "llama4" or not check_bool(
+        cfg.where("attn_temperature_tuning"), cfg.get("attn_temperature_tuning", False)
+    ):
+        return None
+    return QueryScaling(
+        scale=check_float(cfg.where("attn_scale"), cfg.get("attn_scale")),
+        floor_scale=check_float(cfg.where("floor_scale"), cfg.get("floor_scale")),
+        offset=1,
+    )
+
+
+def _layers(
+    cfg: Config,
+    count: int,
+    layer_types: tuple[str, ...] | None,
+    blocks: Mapping[str | None, BlockRecord | None],
+) -> tuple[LayerRecord, ...]:
+    """Each layer's RoPE use, block and own base."""
+    uses_rope = _rules.NOPE_RULES[cfg.model.nope](cfg, count, layer_types)
+    thetas = _rules.layer_thetas(cfg, count)
+    if cfg.model.nope == "layer_rope_switch":  # its rotary module uses rope_theta
+        flat = blocks[None]
+        theta = None if flat is None else flat.rope.theta
+        for i, value in enumerate(thetas):
+            if value not in (0, theta):
+                raise ValueError(
+                    f"{cfg.where('layer_rope_theta')}[{i}] is {value}: transformers' "
+                    f"{cfg.model_type!r} reads it only as RoPE on/off and rotates with "
+                    f"rope_theta = {theta}; give 0 or {theta}."
+                )
+    layers = []
+    for index in range(count):
+        kind = _block_of(cfg, index, layer_types, blocks)
+        if kind is _NO_ATTENTION:
+            layers.append(LayerRecord("no_attention"))
+        elif not uses_rope[index] or thetas[index] == 0:
+            layers.append(LayerRecord("nope", kind))
+        else:
+            layers.append(LayerRecord("rope", kind, thetas[index]))
+    return tuple(layers)
+
+
+_NO_ATTENTION: Any = object()
+
+
+def _block_of(
+    cfg: Config,
+    index: int,
+    layer_types: tuple[str, ...] | None,
+    blocks: Mapping[str | None, BlockRecord | None],
+) -> Any:
+    """The key of layer ``index``'s block, or ``_NO_ATTENTION``."""
+    if None in blocks:
+        return None
+    kind = layer_types[index] if layer_types else None
+    if kind is not None:
+        kind = dict(cfg.model.layer_blocks).get(kind, kind)
+    if kind is not None and kind not in blocks and "attention" not in kind:
+        return _NO_ATTENTION  # an MLP / conv layer
+    if kind is None:
+        raise ValueError(
+            f"The {cfg.model_type!r} config's rope_parameters are nested by "
+            f"layer type {sorted(k for k in blocks if k)}, but it names no "
+            f"layer_types, so which block layer {index} uses is unknown; give "
+            "layer_types (one per layer), or a flat rope_parameters block."
+        )
+    if kind not in blocks:
+        raise ValueError(
+            f"Layer {index} is of type {kind!r}, which the config's "
+            f"rope_parameters {sorted(k for k in blocks if k)} do not cover."
+        )
+    return kind
