@@ -32,6 +32,10 @@ from flax_posenc.context_extension import RopeWavelengths as RopeWavelengths
 from flax_posenc.context_extension import extend_context as extend_context
 from flax_posenc.context_extension import rope_wavelengths as rope_wavelengths
 from flax_posenc.cope import cope_bias as cope_bias
+from flax_posenc.dual_chunk import DualChunkAttentionConfig as DualChunkAttentionConfig
+from flax_posenc.dual_chunk import DualChunkPositions as DualChunkPositions
+from flax_posenc.dual_chunk import dual_chunk_attention as dual_chunk_attention
+from flax_posenc.dual_chunk import dual_chunk_positions as dual_chunk_positions
 from flax_posenc.fire import FireBias as FireBias
 from flax_posenc.fire import FireParams as FireParams
 from flax_posenc.fire import fire_bias as fire_bias
@@ -96,6 +100,7 @@ from flax_posenc.rope_scaling import RopeScaling as RopeScaling
 from flax_posenc.rope_scaling import RopeScalingFamily as RopeScalingFamily
 from flax_posenc.rope_scaling import SeqLen as SeqLen
 from flax_posenc.rope_scaling import YarnScaling as YarnScaling
+from flax_posenc.self_extend import self_extend_attention as self_extend_attention
 from flax_posenc.sinusoidal import SinusoidalLayout as SinusoidalLayout
 from flax_posenc.sinusoidal import SinusoidalSpacing as SinusoidalSpacing
 from flax_posenc.sinusoidal import sinusoidal_encoding as sinusoidal_encoding
@@ -144,6 +149,8 @@ def __getattr__(name: str):
 __all__ = [
     "AlibiBias",
     "AnglePrecision",
+    "DualChunkAttentionConfig",
+    "DualChunkPositions",
     "DynamicNTKScaling",
     "ExtensionMethod",
     "FireBias",
@@ -186,6 +193,8 @@ __all__ = [
     "blockwise_attention",
     "blockwise_attention_fn",
     "cope_bias",
+    "dual_chunk_attention",
+    "dual_chunk_positions",
     "extend_context",
     "fire_bias",
     "grid_positions",
@@ -216,6 +225,7 @@ __all__ = [
     "rope_rotate",
     "rope_shift",
     "rope_wavelengths",
+    "self_extend_attention",
     "sharded_kv_cache_attention",
     "sharded_ring_attention",
     "sinusoidal_encoding",

@@ -108,3 +108,81 @@ class BiasAsRotation:
                 for h in range(self.heads):
                     out[t, 0, h * size + i] = 1.0
         return np.asarray(out, np.float32) if x.dtype == np.float32 else out
+
+
+def rope_half(x, positions, theta=10000.0):
+    """float64 RoPE, rotate-half layout: x [L, N, H] at integer positions [L]."""
+    x = np.asarray(x, np.float64)
+    half = x.shape[-1] // 2
+    inv_freq = theta ** (-np.arange(half, dtype=np.float64) * 2 / x.shape[-1])
+    angle = np.asarray(positions, np.float64)[:, None] * inv_freq[None]
+    cos, sin = np.cos(angle)[:, None], np.sin(angle)[:, None]
+    x1, x2 = x[..., :half], x[..., half:]
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def self_extend(q, k, v, positions, group_size, window, scale):
+    """Jin et al. 2024 (the authors' non-flash forward): neighbour logits of q, k at
+    their positions, grouped logits of q at i // G + W - W // G and k at j // G;
+    grouped where i - j >= W (their mask), causal softmax."""
+    p = np.asarray(positions)
+    neighbour = np.einsum("lnh,snh->nls", rope_half(q, p), rope_half(k, p))
+    shift = window - window // group_size
+    grouped = np.einsum(
+        "lnh,snh->nls",
+        rope_half(q, p // group_size + shift),
+        rope_half(k, p // group_size),
+    )
+    far = (p[:, None] - p[None, :]) >= window
+    logits = np.where(far[None], grouped, neighbour)
+    causal = p[None, :] <= p[:, None]
+    return attention(np.zeros_like(q), k, v, scale * logits, causal[None], 0.0)
+
+
+def vllm_dual_chunk(q, k, v, positions, chunk_size, local_size, original, theta=1e4):
+    """vLLM's dual chunk attention, transcribed: ``DualChunkRotaryEmbedding``'s
+    caches (q_t = arange(c), qc_t = clamp(arange(c) + c, max=chunk_size), k_t =
+    arange(max_pos) % c; query at q_t[p % c], succ at qc_t[p % c], inter at
+    qc_t[c - 1], key at k_t[p]) and the prefill loop over query chunks: intra keys
+    [chunk start, end) causal, succ keys [start - c, start), inter keys [0, start -
+    c), merged by one softmax; softmax scale times max(1, 0.1 ln(L / original) + 1).
+    q/k/v [L, N, H] at positions 0..L-1."""
+    length = len(positions)
+    c = chunk_size - local_size
+    q_t = np.arange(c, dtype=np.float64)
+    qc_t = np.minimum(np.arange(c, dtype=np.float64) + c, chunk_size)
+    k_t = np.arange(length, dtype=np.float64) % c
+    p = np.asarray(positions)
+    query = rope_half(q, q_t[p % c], theta)
+    query_succ = rope_half(q, qc_t[p % c], theta)
+    query_inter = rope_half(q, np.full(length, qc_t[c - 1]), theta)
+    key = rope_half(k, k_t[p], theta)
+    scale = 1 / np.sqrt(q.shape[-1])
+    if original > 0:
+        scale *= max(0.1 * np.log(length / original) + 1.0, 1.0)
+    out = np.zeros(q.shape[:2] + v.shape[-1:])
+    begin = 0
+    while begin < length:
+        start = (begin // c) * c
+        end = min(start + c, length)
+        for i in range(begin, end):
+            pieces = []  # (logits [N, keys], values [keys, N, H])
+            keys = np.arange(start, i + 1)
+            pieces.append((np.einsum("nh,snh->ns", query[i], key[keys]), v[keys]))
+            if start - c >= 0:
+                keys = np.arange(start - c, start)
+                pieces.append(
+                    (np.einsum("nh,snh->ns", query_succ[i], key[keys]), v[keys])
+                )
+            if start - 2 * c >= 0:
+                keys = np.arange(0, start - c)
+                pieces.append(
+                    (np.einsum("nh,snh->ns", query_inter[i], key[keys]), v[keys])
+                )
+            logits = np.concatenate([s for s, _ in pieces], axis=-1) * scale
+            values = np.concatenate([val for _, val in pieces], axis=0)
+            w = np.exp(logits - logits.max(-1, keepdims=True))
+            w /= w.sum(-1, keepdims=True)
+            out[i] = np.einsum("ns,snh->nh", w, values)
+        begin = end
+    return out

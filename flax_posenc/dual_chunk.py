@@ -1,0 +1,239 @@
+"""Dual chunk attention (An et al., 2024), as Qwen2.5-1M publishes and vLLM runs it.
+
+A RoPE model trained at ``chunk_size`` reads far longer inputs by cutting positions
+into chunks of ``c = chunk_size - local_size`` and giving each query three position
+indices, one per relation of the key's chunk to its own (keys at ``j % c`` in all
+three)::
+
+    key in the query's chunk       (intra):      q at  i % c
+    key in the previous chunk      (successive): q at  min(i % c + c, chunk_size)
+    key in an earlier chunk        (inter):      q at  min(2 c - 1, chunk_size)
+
+so every relative distance stays below ``chunk_size``, and neighbours across a chunk
+boundary keep their order. These are vLLM's ``DualChunkRotaryEmbedding`` positions
+(``q_cache``, ``qc_cache`` and ``qc_cache[chunk_len - 1]``; ``k_cache`` at ``p %
+chunk_len``) and its prefill's choice of keys per chunk. When
+``original_max_position_embeddings > 0`` the logit scale is multiplied by
+``max(1, 0.1 ln(seq_len / original_max_position_embeddings) + 1)``, ``seq_len`` the
+number of keys seen (``max(k_positions) + 1``), as vLLM does. The three logits are
+merged per tile and folded into one online softmax, which equals vLLM's three
+flash-attention calls merged by their log-sum-exp. (vLLM's sparse "critical" queries,
+``sparse_attention_config``, are a speed device and are not implemented.)
+
+Reference: An, Huang, Zhang, Gong, Qiu, Zhou, Kong, "Training-Free Long-Context
+Scaling of Large Language Models", ICML 2024 (Section 3); Qwen2.5-1M's
+``dual_chunk_attention_config``; vLLM's ``dual_chunk_rope.py`` and
+``dual_chunk_flash_attn.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from flax_posenc._remap_checks import check_attention_inputs
+from flax_posenc._remapped import remapped_attention
+from flax_posenc._validation import check_integer_array, check_positive_int
+from flax_posenc.rope import RopeConfig, apply_rope
+
+__all__ = [
+    "DualChunkAttentionConfig",
+    "DualChunkPositions",
+    "dual_chunk_attention",
+    "dual_chunk_positions",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class DualChunkAttentionConfig:
+    """Qwen2.5-1M's ``dual_chunk_attention_config``, validated host data.
+
+    Attributes:
+      chunk_size: the pretraining length the remapped distances stay below.
+      local_size: the overlap; chunks are ``chunk_size - local_size`` long.
+      original_max_position_embeddings: for the logit scale (``0``: no scaling,
+        vLLM's ``> 0`` check).
+
+    Raises:
+      TypeError: non-int fields (a whole float from JSON is read as an int).
+      ValueError: ``chunk_size <= 0``, ``local_size`` outside ``[0, chunk_size)``,
+        ``original_max_position_embeddings < 0``.
+
+    Examples:
+      >>> config = fp.DualChunkAttentionConfig(chunk_size=262144, local_size=8192,
+      ...     original_max_position_embeddings=262144)  # Qwen2.5-7B-Instruct-1M
+      >>> config.chunk_len
+      253952
+    """
+
+    chunk_size: int
+    local_size: int
+    original_max_position_embeddings: int = 0
+
+    def __post_init__(self):
+        def whole(name: str) -> int:
+            value = getattr(self, name)
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(
+                    f"`{name}` must be an int, got {value!r} ({type(value).__name__})."
+                )
+            object.__setattr__(self, name, value)
+            return value
+
+        chunk = check_positive_int("chunk_size", whole("chunk_size"))
+        local = whole("local_size")
+        if not 0 <= local < chunk:
+            raise ValueError(
+                f"`local_size` must be in [0, chunk_size = {chunk}), got {local}: "
+                "chunks are chunk_size - local_size long."
+            )
+        original = whole("original_max_position_embeddings")
+        if original < 0:
+            raise ValueError(
+                f"`original_max_position_embeddings` must be >= 0 (0: no logit "
+                f"scaling), got {original}."
+            )
+
+    @property
+    def chunk_len(self) -> int:
+        """``c = chunk_size - local_size``."""
+        return self.chunk_size - self.local_size
+
+
+class DualChunkPositions(NamedTuple):
+    """The RoPE positions of dual chunk attention, int32."""
+
+    intra: jax.Array  # queries, keys of the same chunk: i % c
+    successive: jax.Array  # queries, keys of the previous chunk
+    inter: jax.Array  # queries, keys of earlier chunks (one value)
+    key: jax.Array  # keys: j % c
+
+
+def dual_chunk_positions(
+    positions: jax.Array, config: DualChunkAttentionConfig
+) -> DualChunkPositions:
+    """The remapped RoPE positions of tokens at ``positions`` (see the module
+    docstring).
+
+    Args:
+      positions: integer ``[...]``, non-negative.
+      config: a :class:`DualChunkAttentionConfig`.
+
+    Returns:
+      :class:`DualChunkPositions`, each int32 ``positions.shape``.
+
+    Raises:
+      TypeError: non-integer positions, ``config`` of another type.
+
+    Examples:
+      >>> config = fp.DualChunkAttentionConfig(chunk_size=8, local_size=2)
+      >>> p = fp.dual_chunk_positions(jnp.array([0, 5, 6, 13]), config)
+      >>> p.intra.tolist(), p.successive.tolist(), p.inter.tolist(), p.key.tolist()
+      ([0, 5, 0, 1], [6, 8, 6, 7], [8, 8, 8, 8], [0, 5, 0, 1])
+    """
+    _check_config(config)
+    positions = check_integer_array("positions", positions).astype(jnp.int32)
+    return _positions(positions, config)
+
+
+def _check_config(config: object) -> None:
+    if not isinstance(config, DualChunkAttentionConfig):
+        raise TypeError(
+            "`config` must be a flax_posenc.DualChunkAttentionConfig, got "
+            f"{type(config).__name__}. Hint: fp.DualChunkAttentionConfig("
+            "chunk_size=..., local_size=..., original_max_position_embeddings=...)."
+        )
+
+
+def _positions(positions: jax.Array, config: DualChunkAttentionConfig):
+    c, size = config.chunk_len, config.chunk_size
+    within = positions % c
+    return DualChunkPositions(
+        intra=within,
+        successive=jnp.minimum(within + c, size),
+        inter=jnp.full_like(positions, min(2 * c - 1, size)),
+        key=within,
+    )
+
+
+def dual_chunk_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    q_positions: jax.Array,
+    k_positions: jax.Array | None = None,
+    rope: RopeConfig,
+    config: DualChunkAttentionConfig,
+    scale: float | None = None,
+    block_q: int = 512,
+    block_k: int = 512,
+) -> jax.Array:
+    """Causal RoPE attention with dual chunk attention's remapped positions.
+
+    q and k come *unrotated*. The intra / successive / inter logit of each pair is
+    chosen by ``q_pos // c - k_pos // c`` (0, 1, >= 2), merged per tile.
+
+    Args:
+      q: floating ``[B, L, N, H]`` or ``[L, N, H]``.
+      k: floating ``[B, S, K, H]`` (q's rank), ``N`` a multiple of ``K``.
+      v: floating ``[B, S, K, Hv]``.
+      q_positions: integer ``[B, L]`` or ``[L]``, non-negative.
+      k_positions: integer ``[B, S]`` or ``[S]``; None means ``q_positions``.
+      rope: the model's :class:`flax_posenc.RopeConfig`.
+      config: a :class:`DualChunkAttentionConfig`.
+      scale: the logit scale before DCA's factor; None is ``1 / sqrt(H)``.
+      block_q: query rows per tile.
+      block_k: keys per tile.
+
+    Returns:
+      ``[B, L, N, Hv]`` (or ``[L, N, Hv]``) in q's dtype.
+
+    Raises:
+      TypeError: non-floating q/k/v, non-integer positions, ``rope`` or ``config``
+        of another type, non-int block sizes.
+      ValueError: shapes that disagree, positions that break the positions rule,
+        block sizes ``<= 0``.
+
+    Examples:
+      >>> q = jax.random.normal(jax.random.key(0), (1, 64, 2, 8))  # [B, L, N, H]
+      >>> config = fp.DualChunkAttentionConfig(chunk_size=16, local_size=4,
+      ...     original_max_position_embeddings=16)
+      >>> fp.dual_chunk_attention(q, q, q, q_positions=jnp.arange(64),
+      ...     rope=fp.RopeConfig(head_dim=8), config=config, block_q=32).shape
+      (1, 64, 2, 8)
+
+    Reference: An et al., ICML 2024; vLLM's dual chunk attention.
+    """
+    _check_config(config)
+    q3, k3, v3, q_pos, k_pos, scale = check_attention_inputs(
+        q, k, v, q_positions, k_positions, rope, scale, block_q, block_k
+    )
+    out = _dual_chunk(q3, k3, v3, q_pos, k_pos, scale, rope, config, block_q, block_k)
+    return out[0] if q.ndim == 3 else out
+
+
+def _dual_chunk(q, k, v, q_pos, k_pos, scale, rope, config, block_q, block_k):
+    c = config.chunk_len
+    qp, kp = _positions(q_pos, config), _positions(k_pos, config)
+    qs = [apply_rope(q, p, rope) for p in (qp.intra, qp.successive, qp.inter)]
+    ks = [apply_rope(k, kp.key, rope)]
+    if config.original_max_position_embeddings > 0:
+        seq_len = (jnp.max(k_pos) + 1).astype(jnp.float32)
+        ratio = seq_len / config.original_max_position_embeddings
+        scale = scale * jnp.maximum(0.1 * jnp.log(ratio) + 1.0, 1.0)
+
+    def select(q_block: jax.Array, k_block: jax.Array) -> jax.Array:
+        apart = q_block[:, :, None] // c - k_block[:, None, :] // c
+        return jnp.minimum(apart, 2)
+
+    pairs = ((0, 0), (1, 0), (2, 0))
+    out = remapped_attention(
+        qs, ks, v, q_pos, k_pos, pairs, select, scale, block_q, block_k
+    )
+    return out.astype(q.dtype)

@@ -1,0 +1,116 @@
+"""Self-Extend: grouped positions for far tokens, exact ones for neighbours (Jin et
+al., 2024).
+
+A RoPE model trained at length ``T`` sees relative distances ``< T`` only. Self-Extend
+lets it read longer inputs without training: for query position ``i`` and key
+position ``j`` (causal, ``j <= i``) with ``d = i - j``::
+
+    d <  window:  the logit of q rotated at i            and k rotated at j
+    d >= window:  the logit of q rotated at i // G + window - window // G
+                               and k rotated at j // G
+
+so neighbours keep their exact distance and far keys see the floor-divided ("grouped")
+distance ``i // G - j // G + window - window // G``, which continues the neighbour
+range at ``d = window`` and grows ``G`` times slower; the largest distance for a
+context ``C`` is about ``(C - window) / G + window``, inside ``T`` when ``C <= (T -
+window) G + window``. The two logits are merged per ``[block_q, block_k]`` tile and
+folded into an online softmax, so no ``[N, L, S]`` array is formed.
+
+Reference: Jin, Han, Yang, Jiang, Liu, Chang, Chen, Hu, "LLM Maybe LongLM:
+Self-Extend LLM Context Window Without Tuning", ICML 2024 (Section 3, eq. 3 and the
+merge of Figure 2); the authors' code (``group_size_1 = G``, ``group_size_2 =
+window``).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from flax_posenc._remap_checks import check_attention_inputs
+from flax_posenc._remapped import remapped_attention
+from flax_posenc._validation import check_positive_int
+from flax_posenc.rope import RopeConfig, apply_rope
+
+__all__ = ["self_extend_attention"]
+
+
+def self_extend_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    q_positions: jax.Array,
+    k_positions: jax.Array | None = None,
+    rope: RopeConfig,
+    group_size: int,
+    window: int,
+    scale: float | None = None,
+    block_q: int = 512,
+    block_k: int = 512,
+) -> jax.Array:
+    """Causal RoPE attention with Self-Extend's remapped positions.
+
+    q and k come *unrotated*: they are rotated here at the neighbour and the
+    grouped positions (see the module docstring). Grouped-query attention as
+    :func:`flax_posenc.blockwise_attention`. A query with no visible key gets zeros.
+
+    Args:
+      q: floating ``[B, L, N, H]`` or ``[L, N, H]``.
+      k: floating ``[B, S, K, H]`` (the same rank as q), ``N`` a multiple of ``K``.
+      v: floating ``[B, S, K, Hv]``.
+      q_positions: integer ``[B, L]`` or ``[L]``.
+      k_positions: integer ``[B, S]`` or ``[S]``; None means ``q_positions``.
+      rope: the model's :class:`flax_posenc.RopeConfig` (usually unscaled).
+      group_size: ``G``, the floor divisor of far positions (the authors'
+        ``group_size_1``).
+      window: neighbours closer than this keep exact positions (``group_size_2``).
+      scale: the logit scale; None is ``1 / sqrt(H)``.
+      block_q: query rows per tile.
+      block_k: keys per tile.
+
+    Returns:
+      ``[B, L, N, Hv]`` (or ``[L, N, Hv]``) in q's dtype.
+
+    Raises:
+      TypeError: non-floating q/k/v, non-integer positions, ``rope`` not a
+        RopeConfig, non-int sizes.
+      ValueError: shapes that disagree, positions that break the positions rule,
+        sizes ``<= 0``.
+
+    Examples:
+      >>> q = jax.random.normal(jax.random.key(0), (1, 64, 2, 8))  # [B, L, N, H]
+      >>> out = fp.self_extend_attention(q, q, q, q_positions=jnp.arange(64),
+      ...     rope=fp.RopeConfig(head_dim=8), group_size=4, window=16, block_q=32)
+      >>> out.shape
+      (1, 64, 2, 8)
+
+    Reference: Jin et al., ICML 2024.
+    """
+    group_size = check_positive_int("group_size", group_size)
+    window = check_positive_int("window", window)
+    checked = check_attention_inputs(
+        q, k, v, q_positions, k_positions, rope, scale, block_q, block_k
+    )
+    out = _self_extend(*checked, rope, group_size, window, block_q, block_k)
+    return out[0] if q.ndim == 3 else out
+
+
+def _self_extend(
+    q, k, v, q_pos, k_pos, scale, rope, group_size, window, block_q, block_k
+) -> jax.Array:
+    shift = window - window // group_size
+    qs = [
+        apply_rope(q, q_pos, rope),
+        apply_rope(q, q_pos // group_size + shift, rope),
+    ]
+    ks = [apply_rope(k, k_pos, rope), apply_rope(k, k_pos // group_size, rope)]
+
+    def select(qp: jax.Array, kp: jax.Array) -> jax.Array:
+        near = (qp[:, :, None] - kp[:, None, :]) < window
+        return jnp.where(near, 0, 1)
+
+    out = remapped_attention(
+        qs, ks, v, q_pos, k_pos, ((0, 0), (1, 1)), select, scale, block_q, block_k
+    )
+    return out.astype(q.dtype)

@@ -1,0 +1,253 @@
+"""Self-Extend (Jin et al. 2024) and dual chunk attention (An et al. 2024, as vLLM
+runs it): against float64 transcriptions of the authors' / vLLM's formulas, the
+config's validation, blockwise tiling, traced positions, bf16, gradients."""
+
+import chex
+import jax
+import jax.numpy as jnp
+import length_reference as ref
+import numpy as np
+import pytest
+
+import flax_posenc as fp
+
+ROPE = fp.RopeConfig(head_dim=8)
+
+
+def qkv(length, heads=2, kv_heads=2, seed=0, dtype=jnp.float32):
+    keys = jax.random.split(jax.random.key(seed), 3)
+    q = jax.random.normal(keys[0], (length, heads, 8), dtype)
+    k = jax.random.normal(keys[1], (length, kv_heads, 8), dtype)
+    v = jax.random.normal(keys[2], (length, kv_heads, 8), dtype)
+    return q, k, v
+
+
+@pytest.mark.parametrize(
+    "group_size, window",
+    [
+        (4, 8),
+        pytest.param(2, 5, marks=pytest.mark.slow),
+        pytest.param(3, 40, marks=pytest.mark.slow),
+    ],
+)
+def test_self_extend_matches_the_authors_formulas(group_size, window):
+    q, k, v = qkv(37)
+    positions = np.arange(37)
+    got = jax.jit(
+        lambda q, k, v, p: fp.self_extend_attention(
+            q,
+            k,
+            v,
+            q_positions=p,
+            rope=ROPE,
+            group_size=group_size,
+            window=window,
+            block_q=16,
+            block_k=8,
+        )
+    )(q, k, v, positions)
+    want = ref.self_extend(q, k, v, positions, group_size, window, 1 / np.sqrt(8))
+    np.testing.assert_allclose(got, want, atol=2e-5)
+
+
+@pytest.mark.slow
+def test_self_extend_with_a_wide_window_is_plain_rope():
+    q, k, v = qkv(24, heads=4, kv_heads=2)
+    positions = jnp.arange(24)
+    got = jax.jit(
+        lambda q, k, v: fp.self_extend_attention(
+            q, k, v, q_positions=positions, rope=ROPE, group_size=4, window=24
+        )
+    )(q, k, v)
+    qr, kr = fp.apply_rope_qk(q, k, positions, ROPE)
+    want = jax.nn.dot_product_attention(qr, kr, v, is_causal=True)
+    np.testing.assert_allclose(got, want, atol=2e-6)
+
+
+@pytest.mark.slow
+def test_self_extend_decode_step_equals_the_full_sequence_row():
+    q, k, v = qkv(30)
+    positions = jnp.arange(30)
+    kwargs = dict(rope=ROPE, group_size=4, window=6)
+    full = fp.self_extend_attention(q, k, v, q_positions=positions, **kwargs)
+    step = fp.self_extend_attention(
+        q[-1:], k, v, q_positions=positions[-1:], k_positions=positions, **kwargs
+    )
+    np.testing.assert_allclose(step[0], full[-1], atol=2e-6)
+
+
+@pytest.mark.parametrize(
+    "chunk_size, local_size, original, length",
+    [(8, 2, 8, 29), pytest.param(10, 3, 0, 33, marks=pytest.mark.slow)],
+)
+def test_dual_chunk_matches_vllm(chunk_size, local_size, original, length):
+    q, k, v = qkv(length)
+    config = fp.DualChunkAttentionConfig(
+        chunk_size=chunk_size,
+        local_size=local_size,
+        original_max_position_embeddings=original,
+    )
+    got = jax.jit(
+        lambda q, k, v, p: fp.dual_chunk_attention(
+            q, k, v, q_positions=p, rope=ROPE, config=config, block_q=8, block_k=4
+        )
+    )(q, k, v, jnp.arange(length))
+    want = ref.vllm_dual_chunk(
+        q, k, v, np.arange(length), chunk_size, local_size, original
+    )
+    np.testing.assert_allclose(got, want, atol=2e-5)
+
+
+def test_dual_chunk_positions_are_vllms_caches():
+    config = fp.DualChunkAttentionConfig(chunk_size=16, local_size=4)
+    c = 12
+    p = np.arange(100)
+    got = fp.dual_chunk_positions(p, config)
+    q_t, qc_t = np.arange(c), np.minimum(np.arange(c) + c, 16)
+    np.testing.assert_array_equal(got.intra, q_t[p % c])
+    np.testing.assert_array_equal(got.successive, qc_t[p % c])
+    np.testing.assert_array_equal(got.inter, np.full(100, qc_t[c - 1]))
+    np.testing.assert_array_equal(got.key, np.arange(100) % c)
+    # Every remapped distance a query sees is at most chunk_size.
+    assert int(np.max(got.inter - got.key)) <= 16
+    assert int(np.max(got.successive - got.key)) <= 16
+
+
+@pytest.mark.slow
+def test_dual_chunk_within_one_chunk_is_plain_rope():
+    q, k, v = qkv(12)
+    config = fp.DualChunkAttentionConfig(chunk_size=16, local_size=4)
+    got = fp.dual_chunk_attention(
+        q, k, v, q_positions=jnp.arange(12), rope=ROPE, config=config
+    )
+    qr, kr = fp.apply_rope_qk(q, k, jnp.arange(12), ROPE)
+    want = jax.nn.dot_product_attention(qr, kr, v, is_causal=True)
+    np.testing.assert_allclose(got, want, atol=2e-6)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(chunk_size=0, local_size=0), ValueError, "chunk_size"),
+        (dict(chunk_size=8, local_size=8), ValueError, r"local_size.*\[0, chunk_size"),
+        (dict(chunk_size=8, local_size=-1), ValueError, "local_size"),
+        (dict(chunk_size="8", local_size=2), TypeError, "chunk_size"),
+        (
+            dict(chunk_size=8, local_size=2, original_max_position_embeddings=-4),
+            ValueError,
+            "original_max_position_embeddings",
+        ),
+    ],
+)
+def test_dual_chunk_config_is_validated(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        fp.DualChunkAttentionConfig(**kwargs)
+
+
+def test_dual_chunk_config_is_frozen_hashable_and_reads_json_floats():
+    config = fp.DualChunkAttentionConfig(
+        chunk_size=262144.0, local_size=8192, original_max_position_embeddings=262144
+    )
+    assert config.chunk_size == 262144 and isinstance(config.chunk_size, int)
+    assert hash(config) == hash(fp.DualChunkAttentionConfig(262144, 8192, 262144))
+    with pytest.raises(AttributeError):
+        config.chunk_size = 4  # frozen
+
+
+@pytest.mark.parametrize(
+    "name", ["self_extend", pytest.param("dual_chunk", marks=pytest.mark.slow)]
+)
+def test_traced_positions_no_retrace_bf16_and_gradients(name):
+    q, k, v = (x.astype(jnp.bfloat16) for x in qkv(20))
+    config = fp.DualChunkAttentionConfig(chunk_size=8, local_size=2)
+
+    def attend(q, k, v, positions):
+        if name == "self_extend":
+            return fp.self_extend_attention(
+                q,
+                k,
+                v,
+                q_positions=positions,
+                rope=ROPE,
+                group_size=2,
+                window=4,
+                block_q=8,
+                block_k=8,
+            )
+        return fp.dual_chunk_attention(
+            q,
+            k,
+            v,
+            q_positions=positions,
+            rope=ROPE,
+            config=config,
+            block_q=8,
+            block_k=8,
+        )
+
+    chex.clear_trace_counter()
+    run = jax.jit(chex.assert_max_traces(attend, n=1))
+    for offset in (0, 7, 1000):
+        out = run(q, k, v, jnp.arange(20) + offset)
+        assert out.dtype == jnp.bfloat16 and out.shape == (20, 2, 8)
+        chex.assert_tree_all_finite(out)
+    grads = jax.jit(
+        jax.grad(lambda q: jnp.sum(attend(q, k, v, jnp.arange(20)).astype(jnp.float32)))
+    )(q)
+    chex.assert_tree_all_finite(grads)
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (
+            lambda q: fp.self_extend_attention(
+                q, q, q, q_positions=jnp.arange(6), rope=ROPE, group_size=0, window=2
+            ),
+            ValueError,
+            "group_size",
+        ),
+        (
+            lambda q: fp.self_extend_attention(
+                q,
+                q,
+                q,
+                q_positions=jnp.arange(6),
+                rope={"rope_theta": 1e4},
+                group_size=2,
+                window=2,
+            ),
+            TypeError,
+            "rope",
+        ),
+        (
+            lambda q: fp.self_extend_attention(
+                q, q, q, q_positions=jnp.arange(5), rope=ROPE, group_size=2, window=2
+            ),
+            ValueError,
+            "q_positions",
+        ),
+        (
+            lambda q: fp.dual_chunk_attention(
+                q, q, q, q_positions=jnp.arange(6), rope=ROPE, config={"chunk_size": 8}
+            ),
+            TypeError,
+            "DualChunkAttentionConfig",
+        ),
+        (
+            lambda q: fp.dual_chunk_attention(
+                q.astype(jnp.int32),
+                q,
+                q,
+                q_positions=jnp.arange(6),
+                rope=ROPE,
+                config=fp.DualChunkAttentionConfig(8, 2),
+            ),
+            TypeError,
+            "`q`",
+        ),
+    ],
+)
+def test_errors_name_the_argument(call, error, match):
+    with pytest.raises(error, match=match):
+        call(jnp.ones((6, 2, 8)))
