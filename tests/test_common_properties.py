@@ -22,6 +22,26 @@ B, L, N, H = 2, 6, 2, 8
 LEARNED_TABLE = jax.random.normal(jax.random.key(3), (64, N * H))
 ROPE = fp.RopeConfig(head_dim=H)
 RELATIVE_TABLE = jax.random.normal(jax.random.key(4), (32, N))
+KERPLE = (jnp.array([0.3, -1.0]), jnp.array([-0.5, 1.0]))  # unconstrained [N]
+FIRE = fp.FireParams(
+    c=jnp.array(0.1),
+    threshold_multiplier=jnp.array(1.0),
+    hidden_kernel=jax.random.normal(jax.random.key(5), (8,)),
+    hidden_bias=jnp.zeros(8),
+    output_kernel=jax.random.normal(jax.random.key(6), (8, N)),
+    output_bias=jnp.zeros(N),
+)
+COPE_TABLE = jax.random.normal(jax.random.key(7), (L + 1, H))
+
+
+def cope_logits(x, positions):
+    """CoPE reads the content: logits x . x + its bias, both [B, N, L, L]."""
+    x32 = x.astype(jnp.float32)
+    logits = jnp.einsum(
+        "blnh,bsnh->bnls", x32, x32, precision=jax.lax.Precision.HIGHEST
+    )
+    bias = fp.cope_bias(x, x, COPE_TABLE, q_positions=positions, k_positions=positions)
+    return (logits + bias).astype(x.dtype)
 
 
 def add_absolute(encoding_fn):
@@ -52,6 +72,10 @@ ENCODERS = {
             RELATIVE_TABLE, p, p, bidirectional=False, max_distance=20
         )
     ),
+    "kerple_log": add_bias(lambda p: fp.kerple_bias(p, p, *KERPLE)),
+    "kerple_power": add_bias(lambda p: fp.kerple_bias(p, p, *KERPLE, kernel="power")),
+    "fire": add_bias(lambda p: fp.fire_bias(p, p, FIRE, init_threshold=8.0)),
+    "cope": cope_logits,
     "sinusoidal": add_absolute(lambda p: fp.sinusoidal_encoding(p, N * H)),
     "sinusoidal_t2t": add_absolute(
         lambda p: fp.sinusoidal_encoding(
