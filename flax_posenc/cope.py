@@ -32,8 +32,12 @@ import math
 import jax
 import jax.numpy as jnp
 
-from flax_posenc._validation import check_float_array, check_positive_float
-from flax_posenc.positions import relative_positions
+from flax_posenc._offsets import offsets
+from flax_posenc._validation import (
+    check_float_array,
+    check_position_pairs,
+    check_positive_float,
+)
 
 __all__ = ["cope_bias"]
 
@@ -113,7 +117,9 @@ def cope_bias(
         if scale is None
         else check_positive_float("scale", scale)
     )
-    allowed = relative_positions(q_positions, k_positions) <= 0  # [..., L, S]
+    allowed = (
+        offsets(*check_position_pairs(q_positions, k_positions)) <= 0
+    )  # [..., L, S]
     allowed = allowed[..., None, :, :]
     if mask is not None:
         allowed = allowed & (jnp.asarray(mask) != 0)

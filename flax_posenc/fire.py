@@ -35,12 +35,13 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from flax_posenc._offsets import offsets
 from flax_posenc._validation import (
     check_float_array,
     check_integer_array,
+    check_position_pairs,
     check_positive_float,
 )
-from flax_posenc.positions import relative_positions
 
 __all__ = [
     "FireBias",
@@ -153,7 +154,7 @@ def fire_bias(
     _check_params(params)
     init_threshold = check_positive_float("init_threshold", init_threshold)
     eps = check_positive_float("eps", eps)
-    distance = relative_positions(q_positions, k_positions)
+    distance = offsets(*check_position_pairs(q_positions, k_positions))
     q = check_integer_array("q_positions", q_positions)
     q = jnp.broadcast_to(q, distance.shape[:-1])
     return _fire(distance, q, params, init_threshold, eps)
@@ -235,7 +236,7 @@ class FireBias:
 
     def __call__(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
         """float32 ``[..., N, L, S]``, see :func:`flax_posenc.fire_bias`."""
-        distance = relative_positions(q_positions, k_positions)
+        distance = offsets(*check_position_pairs(q_positions, k_positions))
         q = jnp.broadcast_to(jnp.asarray(q_positions), distance.shape[:-1])
         return _fire(distance, q, self.params, self.init_threshold, self.eps)
 

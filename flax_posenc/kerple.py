@@ -30,8 +30,12 @@ from typing import Any, Literal
 import jax
 import jax.numpy as jnp
 
-from flax_posenc._validation import check_choice, check_float_array
-from flax_posenc.positions import relative_positions
+from flax_posenc._offsets import offsets
+from flax_posenc._validation import (
+    check_choice,
+    check_float_array,
+    check_position_pairs,
+)
 
 __all__ = [
     "KerpleBias",
@@ -146,7 +150,7 @@ def kerple_bias(
     """
     check_choice("kernel", kernel, _KERNELS)
     _check_parameters(r1_unconstrained, r2_unconstrained)
-    distance = jnp.abs(relative_positions(q_positions, k_positions))
+    distance = jnp.abs(offsets(*check_position_pairs(q_positions, k_positions)))
     return _kerple(distance, r1_unconstrained, r2_unconstrained, kernel)
 
 
@@ -206,7 +210,7 @@ class KerpleBias:
 
     def __call__(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
         """float32 ``[..., N, L, S]``, see :func:`flax_posenc.kerple_bias`."""
-        distance = jnp.abs(relative_positions(q_positions, k_positions))
+        distance = jnp.abs(offsets(*check_position_pairs(q_positions, k_positions)))
         return _kerple(
             distance, self.r1_unconstrained, self.r2_unconstrained, self.kernel
         )

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from typing import ClassVar, NamedTuple, Protocol
 
 import jax
@@ -28,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flax_posenc._angles import default_inv_freq
+from flax_posenc._deprecation import warn_deprecated
 from flax_posenc._validation import (
     check_bool,
     check_float,
@@ -168,12 +168,7 @@ class _AttentionFactorOldName:
 
     def default_attention_factor(self) -> float:
         """Deprecated name of ``effective_attention_factor()``."""
-        warnings.warn(
-            "default_attention_factor() is deprecated; use "
-            "effective_attention_factor().",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        warn_deprecated("default_attention_factor()", "effective_attention_factor()")
         return self.effective_attention_factor()
 
 
@@ -219,11 +214,7 @@ class NTKScaling(_StaticFrequencies, _NTKExponent):
         if alpha is not None:
             # Checked under its own name first: the error names what was passed.
             alpha = check_positive_float("NTKScaling.alpha", alpha)
-            warnings.warn(
-                "NTKScaling(alpha=...) is deprecated; use NTKScaling(factor=...).",
-                DeprecationWarning,
-                stacklevel=2,
-            )
+            warn_deprecated("NTKScaling(alpha=...)", "NTKScaling(factor=...)")
             if factor is not None:
                 raise ValueError("Give NTKScaling `factor` or `alpha`, not both.")
             factor = alpha
@@ -235,6 +226,7 @@ class NTKScaling(_StaticFrequencies, _NTKExponent):
     @property
     def alpha(self) -> float:
         """Deprecated name of ``factor``."""
+        warn_deprecated("NTKScaling.alpha", "NTKScaling.factor")
         return self.factor
 
     def frequencies_float64(

@@ -26,7 +26,6 @@ position (see :data:`flax_posenc.AnglePrecision`).
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Literal
 
 import jax
@@ -36,6 +35,7 @@ from jax.typing import DTypeLike
 
 from flax_posenc import _cpu
 from flax_posenc._angles import position_angles
+from flax_posenc._deprecation import warn_deprecated
 from flax_posenc._exact_angles import ANGLE_PRECISIONS, AnglePrecision, exact_sin_cos
 from flax_posenc._validation import (
     check_choice,
@@ -64,11 +64,8 @@ _SPACINGS = ("paper", "tensor2tensor")
 def _check_layout(layout: str) -> SinusoidalLayout:
     """``layout``, with the deprecated ``"concat"`` read as ``"half"``."""
     if layout == "concat":
-        warnings.warn(
-            'layout="concat" is deprecated; use layout="half" (the same pairing as '
-            "RoPE's half layout).",
-            DeprecationWarning,
-            stacklevel=3,
+        warn_deprecated(
+            'layout="concat"', 'layout="half" (the same pairing)', stacklevel=4
         )
         return "half"
     check_choice("layout", layout, _LAYOUTS)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -549,25 +550,56 @@ def test_lengths_written_as_whole_floats_in_json_are_accepted():
     assert isinstance(scaling.original_max_position_embeddings, int)
 
 
-def test_ntk_alpha_is_a_deprecated_spelling_of_factor():
-    with pytest.warns(DeprecationWarning, match="NTKScaling"):
-        old = fp.NTKScaling(alpha=2.0)
-    assert old == fp.NTKScaling(factor=2.0)
+DEPRECATED = {
+    "NTKScaling(alpha=...)": lambda: fp.NTKScaling(alpha=2.0),
+    "NTKScaling.alpha": lambda: fp.NTKScaling(factor=2.0).alpha,
+    'layout="concat"': lambda: fp.sinusoidal_table(6, 8, layout="concat"),
+    "default_attention_factor()": lambda: fp.YarnScaling(**YARN)
+    .default_attention_factor(),
+}
 
 
-def test_sinusoidal_concat_is_a_deprecated_spelling_of_half():
-    with pytest.warns(DeprecationWarning, match='layout="half"'):
+@pytest.mark.parametrize("old", sorted(DEPRECATED))
+def test_deprecations_name_the_replacement_and_the_removal(old):
+    """Every deprecation goes through one helper: it names what is deprecated, the
+    release that removes it (CHANGELOG's ### Deprecated) and the replacement, and
+    points at the caller's line."""
+    with pytest.warns(DeprecationWarning) as caught:
+        DEPRECATED[old]()
+    (warning,) = caught
+    assert str(warning.message).startswith(
+        f"{old} is deprecated and will be removed in flax_posenc 0.3.0; use "
+    )
+    assert warning.filename == __file__
+
+
+def test_every_deprecation_uses_the_helper():
+    package = pathlib.Path(fp.__file__).parent
+    for path in package.rglob("*.py"):
+        if path.name != "_deprecation.py":
+            assert "DeprecationWarning" not in path.read_text(), path
+
+
+def test_changelog_lists_every_deprecation_with_its_removal():
+    changelog = (pathlib.Path(fp.__file__).parents[1] / "CHANGELOG.md").read_text()
+    section = changelog.split("### Deprecated", 1)[1].split("\n## ", 1)[0]
+    assert "0.3.0" in section
+    for old in DEPRECATED:
+        assert f"`{old}`" in section, old
+
+
+def test_deprecated_spellings_give_the_same_values():
+    with pytest.warns(DeprecationWarning):
+        assert fp.NTKScaling(alpha=2.0) == fp.NTKScaling(factor=2.0)
+    with pytest.warns(DeprecationWarning):
         old = fp.sinusoidal_table(6, 8, layout="concat")
     np.testing.assert_array_equal(
         np.asarray(old), np.asarray(fp.sinusoidal_table(6, 8, layout="half"))
     )
-
-
-def test_yarn_effective_attention_factor_and_its_old_name():
     scaling = fp.YarnScaling(**YARN)
     with pytest.warns(DeprecationWarning):
-        old = scaling.default_attention_factor()
-    assert old == scaling.effective_attention_factor() == 0.1 * math.log(4.0) + 1
+        assert scaling.default_attention_factor() == scaling.effective_attention_factor()
+    assert scaling.effective_attention_factor() == 0.1 * math.log(4.0) + 1
 
 
 # --------------------------------------------------------------------------------------

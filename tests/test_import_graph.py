@@ -8,6 +8,7 @@ Hugging Face reader, 3 modules and attention glue, 4 the assertions.
 from __future__ import annotations
 
 import ast
+import inspect
 import pathlib
 import subprocess
 import sys
@@ -121,3 +122,57 @@ print(sorted(m for m in heavy if m in sys.modules))
     ).stdout.split("\n")
     assert out[0] == "[]"
     assert out[1] == "['chex', 'flax_posenc.hf', 'flax_posenc.testing']"
+
+
+def is_public(module: str) -> bool:
+    return not any(part.startswith("_") for part in module.split(".")[1:])
+
+
+def test_no_underscored_name_is_imported_from_a_public_module():
+    """Private code is shared through private modules (``_validation``, ``_rope``,
+    ...), never by reaching into a public one."""
+    reached = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or not node.module:
+                continue
+            if not node.module.startswith("flax_posenc") or not is_public(node.module):
+                continue
+            reached += [
+                f"{module_name(path)}: from {node.module} import {a.name}"
+                for a in node.names
+                if a.name.startswith("_") and not is_module(f"{node.module}.{a.name}")
+            ]
+    assert not reached
+
+
+def public_functions() -> set[str]:
+    import flax_posenc as fp
+
+    return {n for n in fp.__all__ if inspect.isfunction(getattr(fp, n))}
+
+
+def test_public_functions_do_not_call_public_functions():
+    """Each public function checks its inputs once and calls private code: a
+    public function calling another re-validates (an nnx RotaryEmbedding call once
+    checked its positions 5 times)."""
+    names, calls = public_functions(), []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        exported = {
+            name
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            and any(getattr(t, "id", None) == "__all__" for t in node.targets)
+            for name in ast.literal_eval(node.value)
+        }
+        for node in tree.body:
+            if not isinstance(node, ast.FunctionDef) or node.name not in exported:
+                continue
+            for call in ast.walk(node):
+                if isinstance(call, ast.Call):
+                    func = call.func
+                    name = getattr(func, "id", None) or getattr(func, "attr", None)
+                    if name in names and name != node.name:
+                        calls.append(f"{module_name(path)}.{node.name} -> {name}")
+    assert not calls

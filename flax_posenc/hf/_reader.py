@@ -226,7 +226,7 @@ def rope_config_from_hf(
       ...     "num_attention_heads": 4}).layout
       'interleaved'
     """
-    spec = read_hf_rope(config)
+    spec = _build(normalise(config))
     kinds = sorted(set(spec.layer_types or ()))
     distinct = set(spec.layers)
     if layer_type is None:
