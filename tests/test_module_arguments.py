@@ -86,6 +86,14 @@ BASELINES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "RotaryEmbedding": (dict(config=ROPE), dict(q=Q, k=K, positions=jnp.arange(8))),
     "ALiBi": (dict(num_heads=4), dict(q_positions=jnp.arange(6))),
     "RelativePositionBias": (dict(num_heads=4), dict(q_positions=SPREAD)),
+    "Kerple": (dict(num_heads=4), dict(q_positions=jnp.arange(6))),
+    "FIRE": (dict(num_heads=4, init_threshold=8.0), dict(q_positions=jnp.arange(6))),
+    "CoPE": (
+        dict(
+            head_dim=8, num_positions=9, embedding_init=jax.nn.initializers.normal(1.0)
+        ),
+        dict(q=Q, k=K, q_positions=jnp.arange(8)),
+    ),
 }
 
 
@@ -197,6 +205,67 @@ CASES = [
     ),
     Case("RelativePositionBias", "q_positions", SPREAD * 1.0, REJECTS),
     Case("RelativePositionBias", "k_positions", SPREAD + 5, CHANGES),
+    # Kerple
+    Case("Kerple", "num_heads", 8, CHANGES),
+    Case("Kerple", "num_heads", 0, REJECTS),
+    Case("Kerple", "kernel", "power", CHANGES),
+    Case("Kerple", "kernel", "cubic", REJECTS),
+    Case("Kerple", "dtype", jnp.bfloat16, CHANGES),
+    Case("Kerple", "param_dtype", jnp.bfloat16, CHANGES),
+    Case("Kerple", "r1_init", jax.nn.initializers.ones, CHANGES),
+    Case("Kerple", "r2_init", jax.nn.initializers.ones, CHANGES),
+    Case(
+        "Kerple",
+        "q_positions",
+        jnp.arange(6) + 3,
+        CHANGES,
+        call=dict(k_positions=jnp.arange(6)),
+    ),
+    Case("Kerple", "q_positions", jnp.arange(6.0), REJECTS),
+    Case("Kerple", "k_positions", jnp.arange(6) + 2, CHANGES),
+    # FIRE
+    Case("FIRE", "num_heads", 8, CHANGES),
+    Case("FIRE", "num_heads", 0, REJECTS),
+    Case("FIRE", "mlp_width", 16, CHANGES),
+    Case("FIRE", "mlp_width", 0, REJECTS),
+    Case("FIRE", "init_threshold", 2.0, CHANGES),  # positions 0..5 pass it
+    Case("FIRE", "init_threshold", -1.0, REJECTS),
+    Case("FIRE", "eps", 0.5, CHANGES),
+    Case("FIRE", "eps", 0.0, REJECTS),
+    Case("FIRE", "dtype", jnp.bfloat16, CHANGES),
+    Case("FIRE", "param_dtype", jnp.bfloat16, CHANGES),
+    Case(
+        "FIRE",
+        "q_positions",
+        jnp.arange(6) + 3,
+        CHANGES,
+        call=dict(k_positions=jnp.arange(6)),
+    ),
+    Case("FIRE", "q_positions", jnp.arange(6.0), REJECTS),
+    Case("FIRE", "k_positions", jnp.arange(6) + 2, CHANGES),
+    # CoPE
+    Case("CoPE", "head_dim", 0, REJECTS),
+    Case("CoPE", "num_positions", 2, CHANGES),  # counts clamp at 1
+    Case("CoPE", "num_positions", 0, REJECTS),
+    Case("CoPE", "scale", 2.0, CHANGES),
+    Case("CoPE", "scale", -1.0, REJECTS),
+    Case("CoPE", "dtype", jnp.bfloat16, CHANGES),
+    Case("CoPE", "param_dtype", jnp.bfloat16, CHANGES),
+    Case("CoPE", "embedding_init", jax.nn.initializers.ones, CHANGES),
+    Case("CoPE", "q", Q * 2, CHANGES),
+    Case("CoPE", "q", Q[..., :6], REJECTS),
+    Case("CoPE", "k", K * 2, CHANGES),
+    Case("CoPE", "k", K.astype(jnp.int32), REJECTS),
+    Case(
+        "CoPE",
+        "q_positions",
+        jnp.arange(8) + 3,
+        CHANGES,
+        call=dict(k_positions=jnp.arange(8)),
+    ),
+    Case("CoPE", "q_positions", FLOAT_POSITIONS, REJECTS),
+    Case("CoPE", "k_positions", jnp.arange(8) * 2, CHANGES),
+    Case("CoPE", "mask", jnp.eye(8, dtype=bool), CHANGES),
 ]
 
 
