@@ -14,7 +14,7 @@ Fused projections are split into Llama's names when the weights are loaded, so o
 name mapping serves all three.
 
 For each checkpoint (by default all of ``tests/fixtures/checkpoints``, tiny random
-models made by ``tests/fixtures/make_hf_checkpoints.py``) it compares, against the
+models made by ``tools/make_hf_checkpoints.py``) it compares, against the
 outputs transformers computed (``golden.json``), the logits of a forward pass on the
 prompt and the tokens of greedy decoding (full recomputation per step), prints a table
 and exits non-zero on any mismatch.

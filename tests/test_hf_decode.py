@@ -2,7 +2,7 @@
 
 Truth: ``tests/fixtures/checkpoints/decode_golden.json``, per-step logits of
 transformers' own greedy ``generate`` (cached and uncached) for tiny dynamic-NTK
-Llama and LongRoPE Phi-3 checkpoints (``make_hf_checkpoints.py``).
+Llama and LongRoPE Phi-3 checkpoints (``tools/make_hf_checkpoints.py``).
 
 A cached ``generate`` rotates each token with the length of the forward that wrote
 it; recomputing the whole sequence with those per-token lengths

@@ -4,7 +4,7 @@ JSON null is a value; a key near a RoPE key is a typo; a value transformers only
 warns about is computed with, and warned about. Each rule here was read from
 transformers 5.24's code (config classes, ``modeling_rope_utils``, the models'
 attention) and, where transformers computes, pinned by ``hf_edge_cases.json``, which
-transformers itself wrote (``tests/fixtures/make_hf_edge_cases.py``).
+transformers itself wrote (``tools/make_hf_edge_cases.py``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """examples/port_hf.py against transformers' own outputs on tiny random checkpoints.
 
-The checkpoints and golden outputs come from ``tests/fixtures/make_hf_checkpoints.py``
+The checkpoints and golden outputs come from ``tools/make_hf_checkpoints.py``
 (transformers 5, float32). ``load_decode_cases`` reads ``decode_golden.json``, the
 per-step logits of transformers' ``generate`` past the pre-training length for dynamic
 NTK and LongRoPE; its schema is in ``tests/fixtures/README.md``.
