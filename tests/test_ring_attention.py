@@ -552,3 +552,33 @@ def test_memory_per_device_at_64k_is_that_of_one_device_at_l_over_n(grad):
         pytest.skip("memory_analysis() is not available on this backend")
     ratio = ring_memory.temp_size_in_bytes / one_memory.temp_size_in_bytes
     assert ratio <= 1.5, (ring_memory.temp_size_in_bytes, one_memory.temp_size_in_bytes)
+
+
+@pytest.mark.slow
+def test_ring_attention_fn_in_nnx_equals_blockwise_attention_fn():
+    """nnx.MultiHeadAttention with the ring as its attention_fn (RoPE with dynamic
+    NTK, seq_len None: the global length; causal) equals the
+    single-device blockwise_attention_fn, under jit with x sharded over "seq"."""
+    from flax import nnx
+
+    mesh = mesh_of()
+    attention = nnx.MultiHeadAttention(
+        num_heads=2, in_features=16, decode=False, rngs=nnx.Rngs(0)
+    )
+    x = jax.random.normal(jax.random.key(1), (2, 32, 16))
+    positions = jnp.arange(32) + 3
+    options = {"q_positions": positions, "rope": DYNAMIC, "causal": True}
+    options |= {"block_q": 4, "block_k": 4}
+    ring = fp.ring_attention_fn(mesh=mesh, axis_name="seq", **options)
+    one = fp.blockwise_attention_fn(**options)
+    graphdef, state = nnx.split(attention)
+
+    def run(attention_fn, x):
+        module = nnx.merge(graphdef, state)
+        with fp.attention_fn_override(module, attention_fn):
+            return module(x)
+
+    sharded = jax.device_put(x, NamedSharding(mesh, P(None, "seq")))
+    got = jax.jit(functools.partial(run, ring))(sharded)
+    want = jax.jit(functools.partial(run, one))(x)
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
