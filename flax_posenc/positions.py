@@ -364,6 +364,7 @@ def pose_positions(
     # num_chunks - 1 distinct cut points in [1, L): chunk c = tokens past c cuts.
     scores = jax.random.uniform(cut_key, batch_shape + (length - 1,))
     cuts = jax.lax.top_k(scores, num_chunks - 1)[1].astype(jnp.int32) + 1
+    index = jnp.broadcast_to(index, batch_shape + (length,))
     chunk = jnp.sum(
         index[..., None, :] >= cuts[..., :, None], axis=-2, dtype=jnp.int32
     )  # [..., L]: how many cuts lie at or before each token
