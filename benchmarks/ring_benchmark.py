@@ -42,7 +42,6 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 import jax
 import jax.numpy as jnp
 from jax.sharding import AxisType
-from jax.sharding import PartitionSpec as P
 
 import flax_posenc as fp
 
