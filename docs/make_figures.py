@@ -157,6 +157,38 @@ def positions() -> None:
     save(fig, "positions.png")
 
 
+def context_parallel() -> None:
+    """Causal (query chunk, key chunk) pairs over 4 devices, 8 chunks: who computes
+    each, plain split against the load-balanced layout, and the per-device count."""
+    devices = 4
+    chunks = 2 * devices
+    perm = fp.load_balanced_permutation(chunks, devices)  # one token per chunk
+    layouts = {"plain split": np.arange(chunks), "load-balanced": perm}
+    fig, axes = plt.subplots(1, 3, figsize=(9, 2.8), width_ratios=(1, 1, 0.9))
+    colors = plt.get_cmap("tab10")(np.arange(devices))
+    counts = {}
+    for ax, (name, order) in zip(axes[:2], layouts.items(), strict=True):
+        owner = np.empty(chunks, int)
+        owner[order] = np.arange(chunks) // 2  # chunk order[j] sits on device j // 2
+        grid = np.ones((chunks, chunks, 4))
+        for q in range(chunks):
+            for k in range(q + 1):
+                grid[q, k] = colors[owner[q]]
+        ax.imshow(grid)
+        ax.set(title=name, xlabel="key chunk", ylabel="query chunk")
+        ax.set(xticks=range(chunks), yticks=range(chunks))
+        ax.title.set_fontsize(9)
+        counts[name] = [
+            sum(q + 1 for q in range(chunks) if owner[q] == d) for d in range(devices)
+        ]
+    width = 0.38
+    for i, (name, count) in enumerate(counts.items()):
+        axes[2].bar(np.arange(devices) + (i - 0.5) * width, count, width, label=name)
+    axes[2].set(xlabel="device", ylabel="causal chunk pairs", xticks=range(devices))
+    axes[2].legend(fontsize=7)
+    save(fig, "context_parallel.png")
+
+
 def main() -> None:
     OUT.mkdir(exist_ok=True)
     sinusoidal()
@@ -165,6 +197,7 @@ def main() -> None:
     alibi()
     relative()
     positions()
+    context_parallel()
 
 
 if __name__ == "__main__":

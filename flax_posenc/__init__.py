@@ -31,6 +31,20 @@ from flax_posenc.context_extension import ExtensionMethod as ExtensionMethod
 from flax_posenc.context_extension import RopeWavelengths as RopeWavelengths
 from flax_posenc.context_extension import extend_context as extend_context
 from flax_posenc.context_extension import rope_wavelengths as rope_wavelengths
+from flax_posenc.context_parallel import (
+    inverse_load_balanced_permutation as inverse_load_balanced_permutation,
+)
+from flax_posenc.context_parallel import (
+    load_balanced_permutation as load_balanced_permutation,
+)
+from flax_posenc.context_parallel import ring_attention as ring_attention
+from flax_posenc.context_parallel import ring_attention_fn as ring_attention_fn
+from flax_posenc.context_parallel import (
+    sharded_kv_cache_attention as sharded_kv_cache_attention,
+)
+from flax_posenc.context_parallel import (
+    sharded_ring_attention as sharded_ring_attention,
+)
 from flax_posenc.cope import cope_bias as cope_bias
 from flax_posenc.dual_chunk import DualChunkAttentionConfig as DualChunkAttentionConfig
 from flax_posenc.dual_chunk import DualChunkPositions as DualChunkPositions
@@ -61,20 +75,6 @@ from flax_posenc.query_scaling import apply_query_scaling as apply_query_scaling
 from flax_posenc.query_scaling import query_scale as query_scale
 from flax_posenc.relative import relative_position_bias as relative_position_bias
 from flax_posenc.relative import relative_position_bucket as relative_position_bucket
-from flax_posenc.ring_attention import (
-    inverse_load_balanced_permutation as inverse_load_balanced_permutation,
-)
-from flax_posenc.ring_attention import (
-    load_balanced_permutation as load_balanced_permutation,
-)
-from flax_posenc.ring_attention import ring_attention as ring_attention
-from flax_posenc.ring_attention import ring_attention_fn as ring_attention_fn
-from flax_posenc.ring_attention import (
-    sharded_kv_cache_attention as sharded_kv_cache_attention,
-)
-from flax_posenc.ring_attention import (
-    sharded_ring_attention as sharded_ring_attention,
-)
 from flax_posenc.rope import RopeConfig as RopeConfig
 from flax_posenc.rope import RopeLayout as RopeLayout
 from flax_posenc.rope import RopeTables as RopeTables

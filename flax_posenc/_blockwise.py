@@ -8,7 +8,7 @@ batch, grouped heads, int32 rows, normalised mask, block sizes, scale), and
 :func:`online_softmax` walks query blocks and, inside each, key blocks. Every tile
 helper takes the record or its arrays as arguments.
 
-Ring attention (:mod:`flax_posenc.ring_attention`) reuses the same tile step with the
+Ring attention (:mod:`flax_posenc.context_parallel`) reuses the same tile step with the
 statistics carried between calls: :func:`init_stats`, then :func:`accumulate` once per
 key/value block that arrives, then :func:`normalise` and :func:`from_stats_layout`.
 """

@@ -1,4 +1,4 @@
-"""Ring attention's unchecked core (see :mod:`flax_posenc.ring_attention`).
+"""Ring attention's unchecked core (see :mod:`flax_posenc.context_parallel`).
 
 Runs inside ``shard_map`` on one device's shards. :func:`attention` passes the key /
 value block (with its positions and segment ids) ``n - 1`` times around the ring

@@ -23,7 +23,7 @@ LAYERS = {
     "flax_posenc.attention": 3,
     "flax_posenc.blockwise": 3,
     "flax_posenc._blockwise": 3,
-    "flax_posenc.ring_attention": 3,
+    "flax_posenc.context_parallel": 3,
     "flax_posenc._ring": 3,
     "flax_posenc._embed": 3,
     "flax_posenc.testing": 4,
