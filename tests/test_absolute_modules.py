@@ -6,12 +6,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from helpers import normal
 
 import flax_posenc as fp
 from flax_posenc import linen as pl
 from flax_posenc import nnx as pn
 
-X = jax.random.normal(jax.random.key(0), (2, 5, 8))
+X = normal((2, 5, 8), seed=0)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])

@@ -6,12 +6,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from helpers import normal, normals
 
 import flax_posenc as fp
 
 B, L, N, H = 2, 7, 4, 8
 D = N * H
-X = jax.random.normal(jax.random.key(0), (B, L, D))
+X = normal((B, L, D), seed=0)
 POSITIONS = jnp.array([list(range(L)), [3, 4, 5, 0, 1, 2, 3]])
 CONFIG = fp.RopeConfig(head_dim=H, theta=500.0)
 
@@ -75,10 +76,7 @@ def test_linen_and_nnx_attention_with_positions(encoding):
 
 
 def test_wraps_jax_nn_dot_product_attention_with_bias():
-    q, k, v = (
-        jax.random.normal(key, (B, L, N, H))
-        for key in jax.random.split(jax.random.key(2), 3)
-    )
+    q, k, v = normals(3, (B, L, N, H), seed=2)
     bias = fp.alibi_bias(POSITIONS, POSITIONS, N)
     attend = fp.positional_attention_fn(
         rope=CONFIG,
@@ -97,12 +95,9 @@ def test_wraps_jax_nn_dot_product_attention_with_bias():
 
 
 def test_caller_bias_and_position_bias_add_up():
-    q, k, v = (
-        jax.random.normal(key, (B, L, N, H))
-        for key in jax.random.split(jax.random.key(3), 3)
-    )
+    q, k, v = normals(3, (B, L, N, H), seed=3)
     position_bias = fp.alibi_bias(POSITIONS, POSITIONS, N)
-    caller_bias = jax.random.normal(jax.random.key(4), (B, N, L, L))
+    caller_bias = normal((B, N, L, L), seed=4)
     attend = fp.positional_attention_fn(bias=position_bias)
     got = attend(q, k, v, bias=caller_bias)
     np.testing.assert_allclose(
@@ -111,11 +106,8 @@ def test_caller_bias_and_position_bias_add_up():
 
 
 def test_decode_query_position_differs_from_keys():
-    q = jax.random.normal(jax.random.key(5), (B, 1, N, H))
-    k, v = (
-        jax.random.normal(key, (B, L, N, H))
-        for key in jax.random.split(jax.random.key(6))
-    )
+    q = normal((B, 1, N, H), seed=5)
+    k, v = normals(2, (B, L, N, H), seed=6)
     q_positions = jnp.full((B, 1), L - 1)
     k_positions = jnp.arange(L)[None]
     attend = fp.positional_attention_fn(
@@ -137,11 +129,8 @@ def test_decode_query_and_keys_share_dynamic_frequencies():
         head_dim=H,
         scaling=fp.DynamicNTKScaling(factor=4.0, original_max_position_embeddings=4),
     )
-    q = jax.random.normal(jax.random.key(7), (B, 1, N, H))
-    k, v = (
-        jax.random.normal(key, (B, L, N, H))
-        for key in jax.random.split(jax.random.key(8))
-    )
+    q = normal((B, 1, N, H), seed=7)
+    k, v = normals(2, (B, L, N, H), seed=8)
     q_positions, k_positions = jnp.full((B, 1), 2), jnp.arange(L)[None]
     got = fp.positional_attention_fn(
         rope=config, q_positions=q_positions, k_positions=k_positions
@@ -183,8 +172,8 @@ def test_positional_attention_fn_forwards_k_seq_len():
         head_dim=H,
         scaling=fp.DynamicNTKScaling(factor=2.0, original_max_position_embeddings=4),
     )
-    q = jax.random.normal(jax.random.key(3), (1, 1, N, H))
-    k = jax.random.normal(jax.random.key(4), (1, 12, N, H))
+    q = normal((1, 1, N, H), seed=3)
+    k = normal((1, 12, N, H), seed=4)
     q_positions, k_positions = jnp.array([[11]]), jnp.arange(12)[None]
     seq_len, k_seq_len = fp.hf_decode_seq_lens(
         config, q_positions, k_positions, prompt_length=6
@@ -247,7 +236,7 @@ def test_blockwise_attention_fn_in_linen_equals_blockwise_attention():
 
 def test_blockwise_attention_fn_in_nnx_equals_blockwise_attention():
     """T5 buckets per tile, Flax's causal mask sliced per tile."""
-    table = jax.random.normal(jax.random.key(9), (32, N))
+    table = normal((32, N), seed=9)
     bias = fp.RelativeBias(table, bidirectional=False)
     module = nnx.MultiHeadAttention(
         num_heads=N, in_features=D, decode=False, rngs=nnx.Rngs(0)

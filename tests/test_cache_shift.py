@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import rope_reference as ref
+from helpers import normal
 
 import flax_posenc as fp
 
@@ -21,11 +22,7 @@ DELTAS = {  # scalar and per key, negative included (eviction shifts down)
 SEQ_LEN = 5000  # the shared seq_len of dynamic NTK and LongRoPE (past ORIGINAL)
 
 
-def normal(shape, dtype=jnp.float32, seed=0):
-    return jax.random.normal(jax.random.key(seed), shape, jnp.float32).astype(dtype)
-
-
-def assert_close(got, x, truth, positions, inv_freq, attention, layout, ulps):
+def assert_within_rotation_bound(got, x, truth, positions, inv_freq, attention, layout, ulps):
     """Error bound of two float32-angle rotations, each rounded to ``got.dtype``:
     per pair of norm ``r`` (times ``attention``), two half ulps of the dtype, the
     angles' error ``ulps * 2^-24 * (|p| + |delta|) * inv_freq`` and float32
@@ -89,10 +86,10 @@ def test_shift_equals_rotation_at_shifted_positions(family, rotary_dim, layout):
         for delta, (moved, unrotated) in zip(deltas, got, strict=True):
             truth, _ = ref.rope(k, POSITIONS + delta, inv_freq, attention, layout)
             reach = np.abs(POSITIONS) + np.abs(delta)
-            assert_close(moved, k, truth, reach, inv_freq, attention, layout, ulps)
+            assert_within_rotation_bound(moved, k, truth, reach, inv_freq, attention, layout, ulps)
             # Shifting unrotated keys is RoPE at delta with magnitude 1.
             truth, _ = ref.rope(k, delta, inv_freq, 1.0, layout)
-            assert_close(
+            assert_within_rotation_bound(
                 unrotated, k, truth, np.abs(delta), inv_freq, 1.0, layout, ulps
             )
 
@@ -122,7 +119,7 @@ def test_per_key_seq_len_of_dynamic_ntk():
                 "half",
             )
             reach = np.abs(POSITIONS[b, s : s + 1]) + abs(delta[s])
-            assert_close(
+            assert_within_rotation_bound(
                 got[b, s : s + 1],
                 k[b, s : s + 1],
                 truth,

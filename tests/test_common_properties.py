@@ -15,23 +15,24 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import rope_reference as ref
+from helpers import normal
 
 import flax_posenc as fp
 
 B, L, N, H = 2, 6, 2, 8
-LEARNED_TABLE = jax.random.normal(jax.random.key(3), (64, N * H))
+LEARNED_TABLE = normal((64, N * H), seed=3)
 ROPE = fp.RopeConfig(head_dim=H)
-RELATIVE_TABLE = jax.random.normal(jax.random.key(4), (32, N))
+RELATIVE_TABLE = normal((32, N), seed=4)
 KERPLE = (jnp.array([0.3, -1.0]), jnp.array([-0.5, 1.0]))  # unconstrained [N]
 FIRE = fp.FireParams(
     c=jnp.array(0.1),
     threshold_multiplier=jnp.array(1.0),
-    hidden_kernel=jax.random.normal(jax.random.key(5), (8,)),
+    hidden_kernel=normal((8,), seed=5),
     hidden_bias=jnp.zeros(8),
-    output_kernel=jax.random.normal(jax.random.key(6), (8, N)),
+    output_kernel=normal((8, N), seed=6),
     output_bias=jnp.zeros(N),
 )
-COPE_TABLE = jax.random.normal(jax.random.key(7), (L + 1, H))
+COPE_TABLE = normal((L + 1, H), seed=7)
 
 
 def cope_logits(x, positions):
@@ -126,7 +127,7 @@ for _family in ref.FAMILIES:
 @pytest.mark.parametrize("name", sorted(ENCODERS))
 def test_encoder_properties(name, dtype):
     encoder = ENCODERS[name]
-    x = jax.random.normal(jax.random.key(0), (B, L, N, H), dtype)
+    x = normal((B, L, N, H), dtype, seed=0)
     chex.clear_trace_counter()
 
     @jax.jit

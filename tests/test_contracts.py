@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from helpers import normals
 from jax.experimental import checkify
 from jax_compat import enable_x64
 
@@ -554,8 +555,9 @@ DEPRECATED = {
     "NTKScaling(alpha=...)": lambda: fp.NTKScaling(alpha=2.0),
     "NTKScaling.alpha": lambda: fp.NTKScaling(factor=2.0).alpha,
     'layout="concat"': lambda: fp.sinusoidal_table(6, 8, layout="concat"),
-    "default_attention_factor()": lambda: fp.YarnScaling(**YARN)
-    .default_attention_factor(),
+    "default_attention_factor()": lambda: fp.YarnScaling(
+        **YARN
+    ).default_attention_factor(),
 }
 
 
@@ -598,7 +600,9 @@ def test_deprecated_spellings_give_the_same_values():
     )
     scaling = fp.YarnScaling(**YARN)
     with pytest.warns(DeprecationWarning):
-        assert scaling.default_attention_factor() == scaling.effective_attention_factor()
+        assert (
+            scaling.default_attention_factor() == scaling.effective_attention_factor()
+        )
     assert scaling.effective_attention_factor() == 0.1 * math.log(4.0) + 1
 
 
@@ -661,8 +665,7 @@ def test_apply_rope_qk_shares_seq_len_between_q_and_k(family):
         "longrope": fp.LongRopeScaling((1.0,) * 4, (3.0,) * 4, 8, factor=4.0),
     }[family]
     config = fp.RopeConfig(head_dim=8, scaling=scaling)
-    key = jax.random.key(0)
-    q, k = jax.random.normal(key, (2, 1, 32, 2, 8))
+    q, k = normals(2, (1, 32, 2, 8))
     positions = jnp.arange(32)
     q_full, k_full = fp.apply_rope_qk(q, k, positions, config)
     step_q, cache_k = fp.apply_rope_qk(

@@ -19,16 +19,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from helpers import normal, normals
 
 import flax_posenc as fp
 from flax_posenc import nnx as posenc_nnx
 
 B, T, N, H = 2, 12, 2, 8
 D = N * H
-KEYS = jax.random.split(jax.random.key(0), 6)
-WQ, WK, WV = (jax.random.normal(k, (D, N, H)) / np.sqrt(D) for k in KEYS[:3])
-LEARNED_TABLE = jax.random.normal(KEYS[3], (64, D))
-T5_TABLE = jax.random.normal(KEYS[4], (32, N))
+WQ, WK, WV = (w / np.sqrt(D) for w in normals(3, (D, N, H)))
+LEARNED_TABLE = normal((64, D), seed=3)
+T5_TABLE = normal((32, N), seed=4)
 SEQ_LEN = T  # fixed for the seq_len-dependent families, so every step agrees
 LONG = dict(original_max_position_embeddings=8)
 
@@ -140,7 +140,7 @@ def decode_all(x, positions, segments):
     return outputs
 
 
-X = jax.random.normal(KEYS[5], (B, T, D))
+X = normal((B, T, D), seed=5)
 PACKED = jnp.array([[1] * 5 + [2] * 4 + [3] * 3, [1] * 7 + [2] * 3 + [0] * 2])
 LEFT_PADDED = jnp.array([[0] * 4 + [1] * 8, [1] * 12])
 

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import rope_reference as ref
 from branches import BRANCHES, run_branch
+from helpers import normal
 from hypothesis import given
 from hypothesis import strategies as st
 from jax_compat import enable_x64
@@ -129,7 +130,7 @@ def test_error_figures_of_the_docs(position, float32_at_least):
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
 def test_bfloat16_q_at_1e7_within_bfloat16_rounding(layout, branch):
     config = fp.RopeConfig(head_dim=64, theta=1e6, layout=layout)
-    x = jax.random.normal(jax.random.key(0), (2, 8, 3, 64), jnp.float32)
+    x = normal((2, 8, 3, 64), jnp.float32, seed=0)
     x = x.astype(jnp.bfloat16)
     positions = 10**7 + jnp.arange(8)
     inv_freq, attention = ref.frequencies(config)
@@ -208,7 +209,7 @@ ROTATE = {precision: _rotate(precision) for precision in ("float32", "exact")}
     sign=st.sampled_from([1, -1]),
 )
 def test_scores_shift_invariant_at_offsets_of_1e8(offset, start, sign):
-    q, k = jax.random.normal(jax.random.key(1), (2, 16, 2, 32))
+    q, k = normal((2, 16, 2, 32), seed=1)
     positions = jnp.arange(16) + start
     offset *= sign
     exact, rounded = ROTATE["exact"], ROTATE["float32"]
@@ -227,7 +228,7 @@ def test_axial_and_mrope_use_exact_angles():
         block = slice(8 * axis, 8 * axis + 8)
         assert np.abs(np.asarray(cos[:, block]) - true_cos).max() <= EXACT_TOL
         assert np.abs(np.asarray(sin[:, block]) - true_sin).max() <= EXACT_TOL
-    x = jax.random.normal(jax.random.key(2), (5, 2, 32))
+    x = normal((5, 2, 32), seed=2)
     positions = 10**9 + jnp.arange(5)
     mrope = jax.jit(lambda x, p: fp.apply_mrope(x, p, config, mrope_section=(8, 4, 4)))
     np.testing.assert_array_equal(
@@ -255,7 +256,7 @@ def test_exact_seq_len_families_need_an_int_seq_len(family):
 
 def test_positions_never_recompile_and_gradients_flow():
     config = fp.RopeConfig(head_dim=16, angle_precision="exact")
-    x = jax.random.normal(jax.random.key(3), (2, 6, 2, 16))
+    x = normal((2, 6, 2, 16), seed=3)
     chex.clear_trace_counter()
 
     @jax.jit

@@ -23,6 +23,7 @@ import train_context_parallel
 import training
 import transformer
 import transformer_linen
+from helpers import normal
 
 FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 ENCODINGS = transformer.ENCODINGS
@@ -214,7 +215,7 @@ def test_linen_block_equals_nnx_block(encoding):
     model = small_model(encoding)
     config = model.config
     b = batch(n=4)
-    x = jax.random.normal(jax.random.key(1), (2, 8, config.d_model))
+    x = normal((2, 8, config.d_model), seed=1)
     positions = b.positions
     mask = (positions[:, None, :] <= positions[:, :, None])[:, None]
     rope = bias = None
@@ -255,9 +256,7 @@ def test_streaming_eviction_keeps_the_sinks_and_shifts_the_window():
     config = training.model_config("rope", TRAIN, max_factor=1)
     rope = flax_posenc.RopeConfig(head_dim=config.head_dim)
     policy = streaming.Streaming(n_sink=1, window=4, evict=2)
-    raw = jax.random.normal(
-        jax.random.key(0), (1, 5, config.num_heads, config.head_dim)
-    )
+    raw = normal((1, 5, config.num_heads, config.head_dim), seed=0)
     positions = jnp.arange(5)[None]
     cache = transformer.Cache(
         (transformer.KVCache(flax_posenc.apply_rope(raw, positions, rope), raw),),

@@ -4,11 +4,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import normal
 from jax.experimental import checkify
 
 import flax_posenc as fp
 
-TABLE = jax.random.normal(jax.random.key(0), (10, 4))
+TABLE = normal((10, 4), seed=0)
 
 
 def test_lookup_returns_rows_under_jit():
@@ -38,7 +39,7 @@ def test_clip_is_an_explicit_opt_in():
 @pytest.mark.parametrize("dtype", [jnp.int8, jnp.uint8, jnp.int16])
 def test_clip_of_narrow_positions_on_a_longer_table(dtype):
     # max_len - 1 = 299 does not fit int8/uint8: the clamp must not overflow.
-    table = jax.random.normal(jax.random.key(1), (300, 2))
+    table = normal((300, 2), seed=1)
     info = np.iinfo(dtype)
     values = np.array([info.min, 0, 5, info.max])
     got = jax.jit(lambda p: fp.learned_embedding_lookup(table, p, out_of_range="clip"))(
@@ -50,7 +51,7 @@ def test_clip_of_narrow_positions_on_a_longer_table(dtype):
 @pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16])
 def test_nan_policy_with_narrow_positions_on_a_longer_table(dtype):
     # max_len = 300 does not fit int8/uint8: in-range rows must not become NaN.
-    table = jax.random.normal(jax.random.key(1), (300, 2))
+    table = normal((300, 2), seed=1)
     values = np.array([0, 5, min(np.iinfo(dtype).max, 299)])
     got = jax.jit(lambda p: fp.learned_embedding_lookup(table, p))(
         jnp.asarray(values, dtype)

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from helpers import normal
 
 import flax_posenc as fp
 from flax_posenc import linen as plinen
@@ -63,12 +64,11 @@ def call_parameters(cls: type) -> dict[str, Any]:
     return {n: p.default for n, p in parameters.items() if n != "self"}
 
 
-def normal(shape, seed=0):
-    return jax.random.normal(jax.random.key(seed), shape)
-
-
 EMBEDDINGS = normal((2, 8, 16))  # [B, L, D]
-Q, K = normal((2, 8, 4, 8), 1), normal((2, 8, 2, 8), 2)  # [B, L, N, H], 2 k heads
+Q, K = (
+    normal((2, 8, 4, 8), seed=1),
+    normal((2, 8, 2, 8), seed=2),
+)  # [B, L, N, H], 2 k heads
 ROPE = fp.RopeConfig(head_dim=8)
 DYNAMIC_NTK = fp.RopeConfig(
     head_dim=8,

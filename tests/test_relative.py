@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from branches import BRANCHES, run_branch
+from helpers import normal
 
 import flax_posenc as fp
 
@@ -103,7 +104,7 @@ def test_odd_num_buckets_allowed_when_causal():
 @pytest.mark.parametrize("table_dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("bidirectional", [True, False])
 def test_bias_gathers_the_table(table_dtype, bidirectional, branch):
-    table = jax.random.normal(jax.random.key(0), (32, 3), table_dtype)
+    table = normal((32, 3), table_dtype, seed=0)
     q = jnp.array([[0, 1, 2, 3], [7, 8, 9, 10]])  # [B=2, L=4]
     k = jnp.array([[0, 1, 2, 3, 4], [0, 1, 200, 3, 4]])  # [B=2, S=5]
     got = run_branch(
@@ -133,7 +134,7 @@ def test_bias_gathers_the_table(table_dtype, bidirectional, branch):
 
 
 def test_bias_decode_step_equals_row_of_full_bias():
-    table = jax.random.normal(jax.random.key(1), (32, 2))
+    table = normal((32, 2), seed=1)
     positions = jnp.arange(9) + 3
     bias = jax.jit(fp.relative_position_bias, static_argnames="bidirectional")
     full = bias(table, positions, positions, bidirectional=False)

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import rope_reference as ref
+from helpers import normal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,10 +26,6 @@ def angle_ulps(config):
     (measured: at most 14 x 2^-24 relative for factors up to 40 and seq_len up to 1e6);
     every other family rounds a float64 ``inv_freq`` once."""
     return 16 if isinstance(config.scaling, fp.DynamicNTKScaling) else 2
-
-
-def normal(shape, dtype=jnp.float32, seed=0):
-    return jax.random.normal(jax.random.key(seed), shape, jnp.float32).astype(dtype)
 
 
 @pytest.mark.parametrize("family", ref.FAMILIES)

@@ -6,16 +6,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import rope_reference as ref
+from helpers import assert_close, normal
 
 import flax_posenc as fp
 from flax_posenc import _rope
 from flax_posenc import linen as pl
 from flax_posenc import nnx as pn
-
-
-def normal(shape, dtype=jnp.float32, seed=0):
-    return jax.random.normal(jax.random.key(seed), shape, jnp.float32).astype(dtype)
-
 
 Q, K = normal((2, 5, 3, 8)), normal((2, 5, 3, 8), seed=1)
 POSITIONS = jnp.array([[0, 1, 2, 3, 4], [9, 10, 11, 0, 1]])
@@ -28,15 +24,6 @@ def both_modules(config):
     return (
         lambda *args: linen_apply({}, *args),
         jax.jit(lambda *args: nnx_module(*args)),
-    )
-
-
-def assert_close(got, want):
-    """A few ulps: jit may fuse the same float32 math differently from eager."""
-    eps = float(jnp.finfo(got.dtype).eps)
-    scale = float(jnp.max(jnp.abs(want.astype(jnp.float32))))
-    np.testing.assert_allclose(
-        np.asarray(got, np.float64), np.asarray(want, np.float64), atol=4 * eps * scale
     )
 
 
@@ -166,8 +153,8 @@ def test_rotary_embedding_forwards_a_fixed_seq_len():
         head_dim=8,
         scaling=fp.DynamicNTKScaling(factor=2.0, original_max_position_embeddings=4),
     )
-    q = jax.random.normal(jax.random.key(0), (1, 1, 2, 8))
-    k = jax.random.normal(jax.random.key(1), (1, 6, 2, 8))
+    q = normal((1, 1, 2, 8), seed=0)
+    k = normal((1, 6, 2, 8), seed=1)
     q_positions, k_positions = jnp.array([[2]]), jnp.arange(6)[None]
     got_q, got_k = pn.RotaryEmbedding(config)(
         q, k, q_positions, k_positions, seq_len=16

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import normal
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -125,7 +126,7 @@ def test_axial_matches_eva02(head_dim, rotary_dim, theta):
         head_dim=head_dim, theta=theta, rotary_dim=rotary_dim, layout="interleaved"
     )
     positions = grid_batch(3, 4, (9, 30))
-    x = jax.random.normal(jax.random.key(0), (2, 12, 2, head_dim))
+    x = normal((2, 12, 2, head_dim), seed=0)
     got = jax.jit(fp.apply_axial_rope, static_argnums=2)(x, positions, config)
     expected = eva02_reference(
         x, positions[..., 0], positions[..., 1], theta, rotary_dim
@@ -143,7 +144,7 @@ def test_eva02_resolution_interpolation_is_linear_scaling():
         head_dim=16, layout="interleaved", scaling=fp.LinearScaling(factor=ft / pt)
     )
     positions = fp.grid_positions((ft, ft))
-    x = jax.random.normal(jax.random.key(9), (1, ft * ft, 2, 16))
+    x = normal((1, ft * ft, 2, 16), seed=9)
     got = jax.jit(fp.apply_axial_rope, static_argnums=2)(x, positions, config)
     fractional = np.asarray(positions) * pt / ft
     expected = eva02_reference(x, fractional[:, 0], fractional[:, 1], 10000.0, 16)
@@ -160,7 +161,7 @@ def test_axial_matches_float64_formula(layout, num_axes):
         head_dim=head_dim, theta=theta, rotary_dim=rotary_dim, layout=layout
     )
     positions = jax.random.randint(jax.random.key(1), (2, 5, num_axes), -50, 200)
-    x = jax.random.normal(jax.random.key(2), (2, 5, 3, head_dim))
+    x = normal((2, 5, 3, head_dim), seed=2)
     got = jax.jit(fp.apply_axial_rope, static_argnums=2)(x, positions, config)
     per_axis = rotary_dim // (2 * num_axes)
     inv_freq = theta ** (-2.0 * np.arange(per_axis) / (rotary_dim / num_axes))
@@ -179,7 +180,7 @@ def test_axial_matches_float64_formula(layout, num_axes):
 def test_one_axis_is_apply_rope_bitwise(layout):
     config = fp.RopeConfig(head_dim=16, rotary_dim=12, layout=layout)
     positions = jnp.asarray([[0, 3, 7, 1000], [5, 6, 7, 8]])
-    x = jax.random.normal(jax.random.key(3), (2, 4, 2, 16))
+    x = normal((2, 4, 2, 16), seed=3)
     for run in (lambda f: f, jax.jit):
         axial = run(lambda x, p: fp.apply_axial_rope(x, p[..., None], config))
         plain = run(lambda x, p: fp.apply_rope(x, p, config))
@@ -188,7 +189,7 @@ def test_one_axis_is_apply_rope_bitwise(layout):
 
 AXIAL_2D = fp.RopeConfig(head_dim=16, theta=100.0)
 apply_axial_2d = jax.jit(lambda x, p: fp.apply_axial_rope(x, p, AXIAL_2D))
-QK_2D = jax.random.normal(jax.random.key(4), (2, 1, 6, 2, 16))
+QK_2D = normal((2, 1, 6, 2, 16), seed=4)
 GRID_2D = np.asarray(fp.grid_positions((2, 3)))
 
 
@@ -221,7 +222,7 @@ def test_2d_scores_depend_on_each_offset(axis):
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
 def test_axial_keeps_dtype(dtype):
     positions = grid_batch(3, 4, (2, 1))
-    x = jax.random.normal(jax.random.key(5), (2, 12, 2, 16))
+    x = normal((2, 12, 2, 16), seed=5)
     got = apply_axial_2d(x.astype(dtype), positions)
     assert got.dtype == dtype
     reference = apply_axial_2d(x, positions)
@@ -358,7 +359,7 @@ def test_text_only_mrope_is_apply_rope_bitwise(
     text = np.asarray(MROPE_CASES["text_only"]["position_ids"])
     np.testing.assert_array_equal(text[0], text[1])
     np.testing.assert_array_equal(text[0], text[2])
-    x = jax.random.normal(jax.random.key(6), (2, 8, 2, head_dim))
+    x = normal((2, 8, 2, head_dim), seed=6)
     for run in (lambda f: f, jax.jit):
         mrope = run(
             lambda x, p: fp.apply_mrope(
@@ -423,7 +424,7 @@ def test_interleaved_rows_are_qwen3_vl():
     # float32 angles up to 46 rad: within 46 * 2^-23 of the float64 ones.
     np.testing.assert_allclose(cos, np.cos(angles), rtol=0, atol=1e-5)
     np.testing.assert_allclose(sin, np.sin(angles), rtol=0, atol=1e-5)
-    q = np.asarray(jax.random.normal(jax.random.key(9), (4, 2, 128)), np.float64)
+    q = np.asarray(normal((4, 2, 128), seed=9), np.float64)
     got = fp.apply_mrope(
         jnp.asarray(q, jnp.float32),
         jnp.asarray(positions),
@@ -443,7 +444,7 @@ def test_xd_rope_gives_rows_to_features_not_pairs():
     positions = np.stack(
         [np.arange(4), 5 * np.arange(4), 2 + np.arange(4), 9 * np.arange(4)]
     )
-    x = np.asarray(jax.random.normal(jax.random.key(8), (4, 1, 16)), np.float64)
+    x = np.asarray(normal((4, 1, 16), seed=8), np.float64)
     inv_freq = 1e4 ** -(np.arange(0, 16, 2) / 16)
     feature_rows = np.repeat(np.arange(4), 4)  # 2 * section[a] features per row
     angles = np.stack(
@@ -469,7 +470,7 @@ def test_xd_rope_gives_rows_to_features_not_pairs():
 apply_qwen2_vl = jax.jit(
     lambda x, p: fp.apply_mrope(x, p, QWEN2_VL, mrope_section=QWEN2_VL_SECTION)
 )
-QK_MROPE = jax.random.normal(jax.random.key(7), (2, 1, 8, 2, 128))
+QK_MROPE = normal((2, 1, 8, 2, 128), seed=7)
 IMAGE_POSITIONS = np.asarray(MROPE_CASES["image_and_text"]["position_ids"])[:, :1]
 
 
@@ -503,7 +504,7 @@ def test_mrope_scores_depend_on_each_row(row):
 
 
 def test_mrope_keeps_bfloat16():
-    x = jax.random.normal(jax.random.key(8), (1, 8, 2, 128))
+    x = normal((1, 8, 2, 128), seed=8)
     got = apply_qwen2_vl(x.astype(jnp.bfloat16), jnp.asarray(IMAGE_POSITIONS))
     assert got.dtype == jnp.bfloat16
     reference = apply_qwen2_vl(x, jnp.asarray(IMAGE_POSITIONS))

@@ -11,13 +11,13 @@ reference every accelerator runs (``tests/branches.py``).
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import rope_reference as ref
 from branches import BRANCHES, run_branch
 from cpu_vector_width import VECTOR_WIDTH_PARAMS
+from helpers import normal
 
 import flax_posenc as fp
 
@@ -57,7 +57,7 @@ def _reference(x, cos, sin, layout):
 def test_rotate_paths_match_float64(
     dtype, layout, head_dim, rotary_dim, vector_width, branch
 ):
-    x = jax.random.normal(jax.random.key(0), (2, 7, 3, head_dim), jnp.float32)
+    x = normal((2, 7, 3, head_dim), jnp.float32, seed=0)
     x = x.astype(dtype)
     # inf / NaN / -0 in the pass-through features must come out unchanged.
     if rotary_dim < head_dim:
@@ -96,7 +96,7 @@ def test_apply_rope_matches_float64(rotary_dim, layout, family, branch):
     config = ref.make_config(family, rotary_dim=rotary_dim, layout=layout)
     positions = jnp.array([[0, 1, 2, 3, 4], [7, 100, 999, 2500, 4095]])
     xs = [
-        jax.random.normal(jax.random.key(0), (2, 5, 3, 16)).astype(dtype)
+        normal((2, 5, 3, 16), seed=0).astype(dtype)
         for dtype in (jnp.float32, jnp.bfloat16)
     ]
     outs = run_branch(

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from helpers import assert_close, normal
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -29,13 +30,13 @@ from flax_posenc import linen as pl
 from flax_posenc import nnx as pn
 
 B, L, N, H, D = 4, 16, 8, 8, 8
-X = jax.random.normal(jax.random.key(0), (B, L, N, H))
-EMBEDDINGS = jax.random.normal(jax.random.key(1), (B, L, D))
-TABLE = jax.random.normal(jax.random.key(2), (64, D))
+X = normal((B, L, N, H), seed=0)
+EMBEDDINGS = normal((B, L, D), seed=1)
+TABLE = normal((64, D), seed=2)
 # Packed rows: per-sequence offsets, so a wrong shard of positions shows in values.
 POSITIONS = jnp.arange(L)[None, :] + jnp.array([[0], [3], [17], [40]])
 
-BIAS_TABLE = jax.random.normal(jax.random.key(4), (32, N))  # T5 [num_buckets, N]
+BIAS_TABLE = normal((32, N), seed=4)  # T5 [num_buckets, N]
 
 PLAIN = fp.RopeConfig(head_dim=H)
 DYNAMIC = fp.RopeConfig(
@@ -71,11 +72,6 @@ def compile_checked(fn, *args, collectives=()):
         f"expected collectives {sorted(collectives)}, compiled HLO has {found}"
     )
     return compiled
-
-
-def assert_close(got, want):
-    # float32: the partitioned program may fuse differently (a few ulp of |x| <= 4).
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
 
 
 def assert_sharding(array, mesh, spec):

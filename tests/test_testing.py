@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import rope_reference as ref
+from helpers import normal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,7 +29,7 @@ def test_sinusoidal_is_offset_linear(layout, spacing):
 
 
 def test_random_learned_table_is_not_offset_linear():
-    table = jax.random.normal(jax.random.key(0), (512, 16))
+    table = normal((512, 16), seed=0)
 
     def encode(p):
         return fp.learned_embedding_lookup(table, p)
@@ -49,7 +50,7 @@ def test_offset_linearity_can_fail_at_every_offset_it_accepts(offset):
     passes and a random table (indexed mod its size) fails."""
     exact = functools.partial(fp.sinusoidal_encoding, dim=16, angle_precision="exact")
     testing.assert_relative_offset_linearity(exact, POSITIONS, offsets=[offset])
-    table = jax.random.normal(jax.random.key(0), (509, 16))
+    table = normal((509, 16), seed=0)
     with pytest.raises(AssertionError, match=f"offset k={offset}: residual"):
         testing.assert_relative_offset_linearity(
             lambda p: table[p % 509], POSITIONS, offsets=[offset]
@@ -75,10 +76,6 @@ def test_encoding_shape_assertion_both_ways():
         testing.assert_encoding_shape(pe.at[0, 0, 0].set(jnp.nan), positions, 4)
     with pytest.raises(AssertionError):
         testing.assert_encoding_shape(pe, positions, 4, dtype=jnp.bfloat16)
-
-
-def normal(shape, dtype=jnp.float32, seed=0):
-    return jax.random.normal(jax.random.key(seed), shape, jnp.float32).astype(dtype)
 
 
 Q, K = normal((2, 6, 2, 8)), normal((2, 6, 2, 8), seed=1)
@@ -379,7 +376,7 @@ def test_offset_linearity_defaults_hold_for_sinusoidal(dim, spacing):
 
 
 def test_offset_linearity_defaults_catch_a_random_table():
-    table = jax.random.normal(jax.random.key(0), (256, 16))
+    table = normal((256, 16), seed=0)
 
     def encode(p):
         return fp.learned_embedding_lookup(table, p)

@@ -9,15 +9,15 @@ without 512-bit vectors both compile to the same code, and the test passes trivi
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from cpu_vector_width import VECTOR_WIDTHS, run_at_width
+from helpers import normal
 
 import flax_posenc as fp
 
-Q = jax.random.normal(jax.random.key(0), (2, 64, 4, 128))
+Q = normal((2, 64, 4, 128), seed=0)
 POSITIONS = jnp.arange(64) * 37 + 5  # angles past a few turns
 
 

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import normal
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -87,7 +88,7 @@ apply_xpos_jit = jax.jit(
 def test_matches_torchscale(length, offset, is_key):
     """torchscale's prefill (offset 0) and decode (one query after a long cache)."""
     config = fp.RopeConfig(head_dim=32, layout="interleaved")
-    x = jax.random.normal(jax.random.key(0), (2, length, 2, 32))
+    x = normal((2, length, 2, 32), seed=0)
     total = length + offset
     got = apply_xpos_jit(
         x,
@@ -108,7 +109,7 @@ def test_matches_complex_formula_partial_rotary(layout, is_key):
     config = fp.RopeConfig(head_dim=24, theta=500.0, rotary_dim=16, layout=layout)
     positions = jax.random.randint(jax.random.key(1), (2, 6), -300, 900)
     center = jnp.asarray([[100], [-20]])
-    x = jax.random.normal(jax.random.key(2), (2, 6, 3, 24))
+    x = normal((2, 6, 3, 24), seed=2)
     got = apply_xpos_jit(
         x, positions, config, is_key=is_key, scale_base=256.0, gamma=0.2, center=center
     )
@@ -130,7 +131,7 @@ def test_matches_complex_formula_partial_rotary(layout, is_key):
 def test_at_the_centre_xpos_is_rope_bitwise(is_key):
     config = fp.RopeConfig(head_dim=16, rotary_dim=12)
     positions = jnp.asarray([[0, 5, 77, 4000]])
-    x = jax.random.normal(jax.random.key(3), (1, 4, 2, 16))
+    x = normal((1, 4, 2, 16), seed=3)
     xpos = apply_xpos_jit(x, positions, config, is_key=is_key, center=positions)
     np.testing.assert_array_equal(
         xpos, jax.jit(fp.apply_rope, static_argnums=2)(x, positions, config)
@@ -138,7 +139,7 @@ def test_at_the_centre_xpos_is_rope_bitwise(is_key):
 
 
 SHIFT_CONFIG = fp.RopeConfig(head_dim=16, layout="interleaved")
-QK = jax.random.normal(jax.random.key(4), (2, 1, 12, 2, 16))
+QK = normal((2, 1, 12, 2, 16), seed=4)
 POSITIONS = np.arange(12)
 
 
@@ -206,7 +207,7 @@ def test_scores_of_identical_q_k_decay_with_distance():
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
 def test_keeps_dtype(dtype):
     config = fp.RopeConfig(head_dim=16)
-    x = jax.random.normal(jax.random.key(5), (2, 8, 2, 16))
+    x = normal((2, 8, 2, 16), seed=5)
     positions = jnp.arange(8) + 300
     got = apply_xpos_jit(x.astype(dtype), positions, config, is_key=True)
     assert got.dtype == dtype
