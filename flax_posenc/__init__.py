@@ -12,6 +12,17 @@ Shape legend, used in every docstring:
 
 Angles are formed in float32 (``angle_precision="exact"`` reduces them mod 2 pi exactly
 instead, for long contexts); outputs keep the input dtype.
+
+Glossary (``docs/glossary.md`` has the table, with transformers' names):
+
+* "interleaved": RoPE's ``layout="interleaved"`` rotates pairs ``(2j, 2j + 1)``
+  (``"half"``: ``(j, j + R/2)``); the sinusoidal ``layout="interleaved"`` alternates
+  sin and cos features; M-RoPE's ``mrope_layout="interleaved"`` takes pair ``j``
+  from position row ``j % 3`` (Qwen3-VL).
+* "scaling": a RoPE scaling family (``RopeConfig.scaling``) changes the
+  frequencies; its attention factor scales cos and sin; :class:`QueryScaling`
+  scales queries by position; ``LayerRope.softmax_scale_factor`` scales the
+  softmax.
 """
 
 from typing import TYPE_CHECKING
