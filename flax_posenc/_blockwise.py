@@ -324,6 +324,20 @@ def _accumulate_q_block(
     """One query block's ``stats`` after a rematerialised scan over the key
     blocks; ``Stats(row_max, None, None)`` starts from zero sums at ``row_max``."""
     q_block = jax.lax.dynamic_slice_in_dim(blocks.q, q_start, blocks.block_q, axis=1)
+    return accumulate_block(blocks, bias, precision, q_start, q_block, stats)
+
+
+def accumulate_block(
+    blocks: Blocks,
+    bias: Bias | None,
+    precision: Any,
+    q_start: jax.Array,
+    q_block: jax.Array,
+    stats: Stats,
+) -> Stats:
+    """The query block ``q_block [B, block_q, K, G, H]`` (rows from ``q_start``)
+    against every key of ``blocks``: a rematerialised scan over the key blocks
+    (ring attention's backward differentiates it with respect to ``q_block``)."""
     if stats.acc is None:  # a given row_max, nothing accumulated yet
         zeros = jnp.zeros_like(stats.row_max)
         stats = Stats(

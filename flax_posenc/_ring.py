@@ -197,47 +197,64 @@ def _backward(
 
     With the final log-sum-exp ``lse`` fixed, ``out = sum_j exp(s_j - lse) v_j``
     per key block ``j``; the gradient of the logits is ``p (d_out . v - D)`` with
-    ``D = d_out . out``, i.e. the VJP of ``(sum_j p_j v_j, sum_j p_j)`` (both by
-    the blockwise kernel, started at ``row_max = lse``) at ``(d_out, -D)``.
+    ``D = d_out . out``, i.e. the VJP of ``(sum_j p_j v_j, sum_j p_j)`` (by the
+    blockwise kernel started at ``row_max = lse``) at ``(d_out, -D)``. Per ring step
+    a loop over the query blocks takes that VJP block by block, adding into ``dq``
+    in place and into the travelling ``dk``/``dv``.
     """
     f32 = jnp.float32
-    layout = jax.ShapeDtypeStruct(lse.shape + (out.shape[-1],), f32)
-    to_stats = jax.linear_transpose(
-        functools.partial(_blockwise.from_stats_layout, blocks), layout
-    )
-    rows = jax.linear_transpose(
-        functools.partial(_blockwise.from_stats_layout, blocks),
-        jax.ShapeDtypeStruct(lse.shape, f32),
-    )
-    (d_acc,) = to_stats(d_out.astype(f32))
-    (d_denominator,) = rows(-jnp.sum(d_out.astype(f32) * out.astype(f32), axis=-1))
-    start = Stats(lse, None, None)  # zero sums at row_max = lse, made per block
+    batch, length, kv_heads, groups, _ = blocks.q.shape
+    block_q, value_dim = blocks.block_q, blocks.v.shape[-1]
+    starts = jnp.asarray(_blockwise.q_starts(length, block_q))
+    num_blocks = starts.shape[0]
+    overlap = num_blocks * block_q - length  # rows the last block shares
+    rows = (batch, length, kv_heads, groups, value_dim)
+    d_rows = d_out.reshape(rows).astype(f32)
+    delta = jnp.sum(d_rows * out.reshape(rows).astype(f32), axis=-1)  # [B, L, K, G]
 
-    def sums(q, k, v, arrays, kp, ks):
-        current = _with_keys(blocks._replace(q=q), (k, v, kp, ks))
-        stats = _blockwise.accumulate(current, rebuild(arrays), precision, start)
-        return stats.acc, stats.denominator
-
-    def step(carry, kv):
-        d_q, d_kv, d_arrays = carry
+    def q_block_grads(kv: tuple, index: jax.Array, carry: tuple) -> tuple:
+        d_q, d_k, d_v, d_arrays = carry
         k, v, kp, ks = kv
+        start = starts[index]
+        q_block = jax.lax.dynamic_slice_in_dim(blocks.q, start, block_q, axis=1)
+        d_acc = jax.lax.dynamic_slice_in_dim(d_rows, start, block_q, axis=1)
+        d_den = -jax.lax.dynamic_slice_in_dim(delta, start, block_q, axis=1)
+        if overlap:  # the last block's first rows belong to the block before
+            keep = (index < num_blocks - 1) | (jnp.arange(block_q) >= overlap)
+            d_acc = jnp.where(keep[None, :, None, None, None], d_acc, 0.0)
+            d_den = jnp.where(keep[None, :, None, None], d_den, 0.0)
+        start_stats = Stats(lse[index], None, None)  # zero sums at row_max = lse
 
-        def grads(_):
-            tile = lambda q, k, v, a: sums(q, k, v, a, kp, ks)
-            _, vjp = jax.vjp(tile, blocks.q, k, v, arrays)
-            return vjp((d_acc, d_denominator))
+        def sums(q_block, k, v, arrays):
+            current = _with_keys(blocks, (k, v, kp, ks))
+            stats = _blockwise.accumulate_block(
+                current, rebuild(arrays), precision, start, q_block, start_stats
+            )
+            return stats.acc, stats.denominator
 
-        zeros = lambda _: jax.tree_util.tree_map(
-            jnp.zeros_like, (blocks.q, k, v, arrays)
+        _, vjp = jax.vjp(sums, q_block, k, v, arrays)
+        g_q, g_k, g_v, g_arrays = vjp(
+            (jnp.moveaxis(d_acc, 1, 3), jnp.moveaxis(d_den, 1, 3))
         )
+        old = jax.lax.dynamic_slice_in_dim(d_q, start, block_q, axis=1)
+        d_q = jax.lax.dynamic_update_slice_in_dim(
+            d_q, old + g_q.astype(f32), start, axis=1
+        )
+        d_arrays = jax.tree_util.tree_map(jnp.add, d_arrays, g_arrays)
+        return d_q, d_k + g_k.astype(f32), d_v + g_v.astype(f32), d_arrays
+
+    def step(carry: tuple, kv: tuple) -> tuple:
+        d_q, (d_k, d_v), d_arrays = carry
+        run = lambda c: jax.lax.fori_loop(
+            0, num_blocks, functools.partial(q_block_grads, kv), c
+        )
+        state = (d_q, d_k, d_v, d_arrays)
         allowed = may_attend(_with_keys(blocks, kv))
         if allowed is None:
-            g_q, g_k, g_v, g_arrays = grads(None)
+            state = run(state)
         else:
-            g_q, g_k, g_v, g_arrays = jax.lax.cond(allowed, grads, zeros, None)
-        d_kv = (d_kv[0] + g_k.astype(f32), d_kv[1] + g_v.astype(f32))
-        d_arrays = jax.tree_util.tree_map(jnp.add, d_arrays, g_arrays)
-        return d_q + g_q.astype(f32), d_kv, d_arrays
+            state = jax.lax.cond(allowed, run, lambda c: c, state)
+        return state[0], (state[1], state[2]), state[3]
 
     perm = ring_permutation(size)
 
