@@ -27,7 +27,7 @@ def inputs(seed=0, scale=1.0):
     return q, k, pos_emb
 
 
-@pytest.mark.parametrize("scale", [None, 1.0])
+@pytest.mark.parametrize("scale", [None, pytest.param(1.0, marks=pytest.mark.slow)])
 def test_matches_the_paper_in_float64(scale):
     q, k, pos_emb = inputs()
     positions = np.arange(L) + 3
@@ -40,6 +40,7 @@ def test_matches_the_paper_in_float64(scale):
     np.testing.assert_allclose(np.where(allowed, got, 0), want, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_attention_with_cope_matches_the_papers_eq_6():
     """softmax(q_i . (k_j + e[p_ij]) / sqrt(H)) as the authors add it."""
     q, k, pos_emb = inputs(1)

@@ -57,7 +57,9 @@ def test_shift_invariance_passes(kernel):
     testing.assert_shift_invariance(rotate, q, k, positions, offsets)
 
 
-@pytest.mark.parametrize("kernel", ["log", "power"])
+@pytest.mark.parametrize(
+    "kernel", [pytest.param("log", marks=pytest.mark.slow), "power"]
+)
 def test_gradients_finite_at_distance_zero(kernel):
     def loss(r1, r2):
         return jnp.sum(
@@ -69,7 +71,9 @@ def test_gradients_finite_at_distance_zero(kernel):
     assert np.all(np.asarray(grads[0]) != 0) and np.all(np.asarray(grads[1]) != 0)
 
 
-@pytest.mark.parametrize("kernel", ["log", "power"])
+@pytest.mark.parametrize(
+    "kernel", ["log", pytest.param("power", marks=pytest.mark.slow)]
+)
 def test_blockwise_equals_dense(kernel):
     q = jax.random.normal(jax.random.key(0), (2, 40, 4, 8))
     k = jax.random.normal(jax.random.key(1), (2, 40, 2, 8))
@@ -85,7 +89,15 @@ def test_blockwise_equals_dense(kernel):
     mask = positions[None, :] <= positions[:, None]
     want = jax.nn.dot_product_attention(q, k, v, bias=dense[None], mask=mask)
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
-    # The parameters are the pytree's leaves: gradients reach them.
+
+
+@pytest.mark.slow
+def test_blockwise_gradients_reach_the_parameters():
+    """The parameters are KerpleBias's pytree leaves: gradients reach them."""
+    q = jax.random.normal(jax.random.key(0), (1, 24, 4, 8))
+    k, v = q[:, :, :2], q[:, :, 2:]
+    positions = jnp.arange(24)
+    bias = fp.KerpleBias(R1, R2)
     grads = jax.grad(
         lambda b: jnp.sum(
             fp.blockwise_attention(q, k, v, q_positions=positions, bias=b, causal=True)
