@@ -59,11 +59,14 @@ def remapped_attention(
         ok = jax.lax.dynamic_slice_in_dim(valid, k_start, bk, axis=1)
         v_tile = jax.lax.dynamic_slice_in_dim(v, k_start, bk, axis=1)
         choice = select(qp, kp)[:, None]  # [B, 1, l, s]
-        logits = None
-        for index, (qi, ki) in enumerate(pairs):
+
+        def pair_logits(qi: int, ki: int) -> jax.Array:
             k_tile = jax.lax.dynamic_slice_in_dim(ks[ki], k_start, bk, axis=1)
-            s = jnp.einsum("blnh,bsnh->bnls", q_block[qi], k_tile, precision=highest)
-            logits = s if logits is None else jnp.where(choice == index, s, logits)
+            return jnp.einsum("blnh,bsnh->bnls", q_block[qi], k_tile, precision=highest)
+
+        logits = pair_logits(*pairs[0])
+        for index, (qi, ki) in enumerate(pairs[1:], start=1):
+            logits = jnp.where(choice == index, pair_logits(qi, ki), logits)
         allowed = (kp[:, None, :] <= qp[:, :, None]) & ok[:, None, :]
         logits = jnp.where(allowed[:, None], scale * logits, -jnp.inf)
         m_new = jnp.maximum(m, logits.max(-1))

@@ -211,10 +211,12 @@ def dual_chunk_attention(
     Reference: An et al., ICML 2024; vLLM's dual chunk attention.
     """
     _check_config(config)
-    q3, k3, v3, q_pos, k_pos, scale = check_attention_inputs(
+    q3, k3, v3, q_pos, k_pos, base_scale = check_attention_inputs(
         q, k, v, q_positions, k_positions, rope, scale, block_q, block_k
     )
-    out = _dual_chunk(q3, k3, v3, q_pos, k_pos, scale, rope, config, block_q, block_k)
+    out = _dual_chunk(
+        q3, k3, v3, q_pos, k_pos, base_scale, rope, config, block_q, block_k
+    )
     return out[0] if q.ndim == 3 else out
 
 

@@ -81,12 +81,12 @@ def _check_params(params: Any) -> int:
         )
     for name, value in params._asdict().items():
         check_float_array(f"params.{name}", value)
-    width, heads = (tuple(params.output_kernel.shape) + (None, None))[:2]
     if params.output_kernel.ndim != 2:
         raise ValueError(
             "`params.output_kernel` must be [W, N], got shape "
             f"{tuple(params.output_kernel.shape)}."
         )
+    width, heads = (int(n) for n in params.output_kernel.shape)
     expected = {
         "hidden_kernel": (width,),
         "hidden_bias": (width,),

@@ -102,7 +102,9 @@ def kerple_parameters(
     return _constrained(r1_unconstrained, r2_unconstrained, kernel)
 
 
-def _constrained(r1: jax.Array, r2: jax.Array, kernel: str) -> tuple[jax.Array, ...]:
+def _constrained(
+    r1: jax.Array, r2: jax.Array, kernel: str
+) -> tuple[jax.Array, jax.Array]:
     r1 = jax.nn.softplus(jnp.asarray(r1, jnp.float32))
     r2 = jnp.asarray(r2, jnp.float32)
     r2 = jax.nn.softplus(r2) if kernel == "log" else 2.0 * jax.nn.sigmoid(r2)

@@ -277,7 +277,7 @@ class Kerple(nnx.Module):
     ):
         self.num_heads = check_positive_int("num_heads", num_heads)
         check_choice("kernel", kernel, ("log", "power"))
-        self.kernel = kernel
+        self.kernel: KerpleKernel = kernel
         self.dtype = dtype
         shape = (self.num_heads,)
         self.r1_unconstrained = nnx.Param(r1_init(rngs.params(), shape, param_dtype))

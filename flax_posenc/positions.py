@@ -226,7 +226,9 @@ def grid_positions(grid_shape: Sequence[int]) -> jax.Array:
     return jnp.asarray(coordinates, jnp.int32)
 
 
-def _check_window(length: Any, max_len: Any, batch_shape: Any) -> tuple:
+def _check_window(
+    length: Any, max_len: Any, batch_shape: Any
+) -> tuple[int, int, tuple[int, ...]]:
     length = check_positive_int("length", length)
     max_len = check_positive_int("max_len", max_len)
     if length > max_len:
@@ -248,14 +250,14 @@ def _check_window(length: Any, max_len: Any, batch_shape: Any) -> tuple:
 def _check_key(key: Any) -> jax.Array:
     dtype = getattr(key, "dtype", None)
     if dtype is None or not (
-        jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+        jnp.issubdtype(dtype, jax.dtypes.prng_key)
         or (dtype == jnp.uint32 and key.shape[-1:] == (2,))
     ):
         raise TypeError(
             f"`key` must be a JAX PRNG key, got {type(key).__name__} of dtype "
             f"{dtype}. Hint: jax.random.key(0)."
         )
-    if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key) and key.shape != ():
+    if jnp.issubdtype(dtype, jax.dtypes.prng_key) and key.shape != ():
         raise ValueError(
             f"`key` must be a single key (shape ()), got shape {key.shape}. Hint: "
             "pass batch_shape instead of a batch of keys."
@@ -302,8 +304,8 @@ def randomized_positions(
     ACL 2023 (Section 3).
     """
     key = _check_key(key)
-    length, max_len, batch_shape = _check_window(length, max_len, batch_shape)
-    scores = jax.random.uniform(key, batch_shape + (max_len,))
+    length, max_len, batch = _check_window(length, max_len, batch_shape)
+    scores = jax.random.uniform(key, batch + (max_len,))
     chosen = jax.lax.top_k(scores, length)[1]  # L distinct indices per sequence
     return jnp.sort(chosen, axis=-1).astype(jnp.int32)
 
@@ -350,7 +352,7 @@ def pose_positions(
     Extension of LLMs via Positional Skip-wise Training", ICLR 2024 (Section 3.2).
     """
     key = _check_key(key)
-    length, max_len, batch_shape = _check_window(length, max_len, batch_shape)
+    length, max_len, batch = _check_window(length, max_len, batch_shape)
     num_chunks = check_positive_int("num_chunks", num_chunks)
     if num_chunks > length:
         raise ValueError(
@@ -360,18 +362,18 @@ def pose_positions(
     cut_key, skip_key = jax.random.split(key)
     index = jnp.arange(length, dtype=jnp.int32)
     if num_chunks == 1:
-        return jnp.broadcast_to(index, batch_shape + (length,))
+        return jnp.broadcast_to(index, batch + (length,))
     # num_chunks - 1 distinct cut points in [1, L): chunk c = tokens past c cuts.
-    scores = jax.random.uniform(cut_key, batch_shape + (length - 1,))
+    scores = jax.random.uniform(cut_key, batch + (length - 1,))
     cuts = jax.lax.top_k(scores, num_chunks - 1)[1].astype(jnp.int32) + 1
-    index = jnp.broadcast_to(index, batch_shape + (length,))
+    index = jnp.broadcast_to(index, batch + (length,))
     chunk = jnp.sum(
         index[..., None, :] >= cuts[..., :, None], axis=-2, dtype=jnp.int32
     )  # [..., L]: how many cuts lie at or before each token
     skips = jax.random.randint(
-        skip_key, batch_shape + (num_chunks - 1,), 0, max_len - length + 1
+        skip_key, batch + (num_chunks - 1,), 0, max_len - length + 1
     )
     skips = jnp.concatenate(
-        [jnp.zeros(batch_shape + (1,), jnp.int32), jnp.sort(skips, axis=-1)], axis=-1
+        [jnp.zeros(batch + (1,), jnp.int32), jnp.sort(skips, axis=-1)], axis=-1
     )
     return (index + jnp.take_along_axis(skips, chunk, axis=-1)).astype(jnp.int32)

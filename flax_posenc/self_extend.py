@@ -89,10 +89,22 @@ def self_extend_attention(
     """
     group_size = check_positive_int("group_size", group_size)
     window = check_positive_int("window", window)
-    checked = check_attention_inputs(
+    q3, k3, v3, q_pos, k_pos, base_scale = check_attention_inputs(
         q, k, v, q_positions, k_positions, rope, scale, block_q, block_k
     )
-    out = _self_extend(*checked, rope, group_size, window, block_q, block_k)
+    out = _self_extend(
+        q3,
+        k3,
+        v3,
+        q_pos,
+        k_pos,
+        base_scale,
+        rope,
+        group_size,
+        window,
+        block_q,
+        block_k,
+    )
     return out[0] if q.ndim == 3 else out
 
 
