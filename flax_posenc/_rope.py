@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flax_posenc import _cpu
 from flax_posenc._angles import default_inv_freq, position_angles
-from flax_posenc._bfloat16 import narrow, widen
 from flax_posenc._exact_angles import exact_sin_cos
 from flax_posenc._sincos import sin_cos
 
@@ -93,107 +93,29 @@ def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array, layout: str) -> jax.Arr
     by the float ``[..., L, R/2]`` tables (see :func:`flax_posenc.rope_rotate`)."""
     if cos.shape[-1] == 0:
         return x
-    if layout == "interleaved" and x.shape[-1] % 2 == 0:
-        return _rotate_pairs(x, cos, sin)
-    return _rotate_shifted(x, cos, sin, layout)
+    return _cpu.on_cpu(
+        lambda *a: _cpu.rotate(*a, layout),
+        lambda *a: _reference(*a, layout),
+        x,
+        cos,
+        sin,
+    )
 
 
-def _table(t: jax.Array, x_ndim: int, tail: tuple[int, ...]) -> jax.Array:
-    """A float32 cos/sin table ``[..., L, *tail]`` as ``[1.., L, 1 (N), *tail]``."""
-    lead = (1,) * (x_ndim - 2 - (t.ndim - len(tail)))
-    return t.reshape(lead + t.shape[: t.ndim - len(tail)] + (1,) + tail)
-
-
-def _rotate_shifted(
-    x: jax.Array, cos: jax.Array, sin: jax.Array, layout: str
-) -> jax.Array:
-    """``half`` (and ``interleaved`` with an odd H): partners read at ``i +- d``.
-
-    One elementwise pass over the flat feature axis in which every read is at feature
-    ``i`` or ``i +- d`` (``d = R/2``, or 1): XLA:CPU collapses a ``[..., 2, R/2]`` view
-    back into the feature axis with ``i & (R/2 - 1)`` indices, which LLVM does not
-    vectorise, while reads at ``i +- d`` are plain (masked) vector loads.
-
-    * ``P`` (width R) holds ``(cos_j, sin_j)`` where x holds pair ``j``; ``P[i - d]``,
-      ``P[i]`` and ``P[i + d]`` are zero pads of its slices, read in the loop like the
-      partners. It is built by a concatenate (the stack), which XLA keeps out of the
-      loop over x: cos/sin are materialised once per position, not recomputed for
-      every head and feature (a table pre-padded to ``H + 2d`` is twice the bytes).
-    * ``x_up[i] = x[i + d]`` (for ``i < R - d``) and ``x_down[i] = x[i - d]`` (for
-      ``d <= i < R``) are zero pads of slices of the rotary features only: bounds at
-      the rotary edge keep the partial-rotary loop vectorised (bounds at ``H`` made
-      the bfloat16 loop scalar).
-    * ``out[i] = x[i] P[i] - x[i + d] P[i + d]`` for the first of a pair, ``x[i]
-      P[i - d] + x[i - d] P[i]`` for the second (``a cos - b sin``, ``b cos + a sin``);
-      features past ``R`` pass through. float32, rounded once; a bfloat16 x is
-      widened and rounded by bit operations on CPU (:mod:`flax_posenc._bfloat16`:
-      the same bits as ``astype``).
-
-    Timings of these choices on XLA:CPU: ``benchmarks/README.md``.
-    """
+def _reference(x: jax.Array, cos: jax.Array, sin: jax.Array, layout: str) -> jax.Array:
+    """The rotation as written (what accelerators run; the tests' oracle with the
+    CPU form of :func:`flax_posenc._cpu.rotate`): ``(a, b) -> (a c - b s, b c + a s)``
+    for the pairs ``(a, b)`` of the layout, in float32, rounded once; features past
+    ``R`` pass through."""
     half = cos.shape[-1]
-    rotary_dim, head_dim = 2 * half, x.shape[-1]
-    shift, pair_axis = (half, -2) if layout == "half" else (1, -1)
-    index = jax.lax.broadcasted_iota(
-        jnp.int32, (1,) * (x.ndim - 1) + (head_dim,), x.ndim - 1
-    )
-    first = index < half if layout == "half" else index % 2 == 0
-    pairs = jnp.stack([cos.astype(jnp.float32), sin.astype(jnp.float32)], pair_axis)
-    pairs = _table(pairs.reshape(cos.shape[:-1] + (rotary_dim,)), x.ndim, (rotary_dim,))
-    pairs_up = _pad_features(pairs[..., shift:], 0, head_dim)
-    pairs_down = _pad_features(pairs[..., : rotary_dim - shift], shift, head_dim)
-    pairs = _pad_features(pairs, 0, head_dim)
-    xf = widen(x)
-    x_up = _pad_features(xf[..., shift:rotary_dim], 0, head_dim)
-    x_down = _pad_features(xf[..., : rotary_dim - shift], shift, head_dim)
-    rotated = jnp.where(
-        first, xf * pairs - x_up * pairs_up, xf * pairs_down + x_down * pairs
-    )
-    if rotary_dim < head_dim:
-        rotated = jnp.where(index < rotary_dim, rotated, xf)
-    return narrow(rotated, x.dtype)
-
-
-def _rotate_pairs(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
-    """``interleaved`` with an even H: pairs ``(2j, 2j + 1)`` in a ``[..., H/2, 2]`` view.
-
-    ``out[2j] = x[2j] c_j - x[2j + 1] s_j`` and ``out[2j + 1] = x[2j + 1] c_j + x[2j]
-    s_j`` for ``j < R/2``; pairs past ``R/2`` pass through. float32, rounded once. The
-    table is a stack (a concatenate), materialised once per position as in
-    :func:`_rotate_shifted`. The partner reads differ by width, as measured on
-    XLA:CPU (``benchmarks/README.md``): the pad form of :func:`_rotate_shifted`
-    turns ``x[i +- 1]`` into gathers with peeled scalar edges.
-
-    * 16-bit x: ``even = x[2j]`` and ``odd = x[2j + 1]`` (strided slices of the view),
-      and the two results stacked back: bfloat16 loads stay vector loads plus shuffles
-      (the ``rev`` form below is slower in bfloat16).
-    * wider x: ``swapped[j, b] = x[2j + 1 - b]`` (a ``rev`` of the pair axis) and
-      ``out = x * (c_j, c_j) + swapped * (-s_j, s_j)``: one read of x per output.
-    """
-    half, npairs = cos.shape[-1], x.shape[-1] // 2
-    view = x.reshape(x.shape[:-1] + (npairs, 2))
-    pair = jax.lax.broadcasted_iota(
-        jnp.int32, (1,) * (view.ndim - 2) + (npairs, 1), view.ndim - 2
-    )
-    c, s = (_pad_features(t.astype(jnp.float32), 0, npairs) for t in (cos, sin))
-    if jnp.dtype(x.dtype).itemsize == 2:
-        table = _table(jnp.stack([c, s], -2), x.ndim, (2, npairs))
-        c, s = table[..., 0, :], table[..., 1, :]  # [..., L, 1, H/2]
-        even, odd = (view[..., b].astype(jnp.float32) for b in (0, 1))
-        rotated = jnp.stack([even * c - odd * s, odd * c + even * s], -1)
+    rotary = x[..., : 2 * half].astype(jnp.float32)
+    lead = (1,) * (x.ndim - 1 - cos.ndim)
+    c = cos.astype(jnp.float32).reshape(lead + cos.shape[:-1] + (1, half))
+    s = sin.astype(jnp.float32).reshape(lead + sin.shape[:-1] + (1, half))
+    if layout == "half":
+        a, b = rotary[..., :half], rotary[..., half:]
+        out = jnp.concatenate([a * c - b * s, b * c + a * s], -1)
     else:
-        both = jnp.stack([jnp.stack([c, c], -1), jnp.stack([-s, s], -1)], -3)
-        table = _table(both, x.ndim, (2, npairs, 2))
-        c, s = table[..., 0, :, :], table[..., 1, :, :]  # [..., L, 1, H/2, 2]
-        xf = view.astype(jnp.float32)
-        swapped = jax.lax.rev(xf, (xf.ndim - 1,))
-        rotated = xf * c + swapped * s
-    if half < npairs:
-        rotated = jnp.where(pair < half, rotated, view.astype(jnp.float32))
-    return rotated.astype(x.dtype).reshape(x.shape)
-
-
-def _pad_features(t: jax.Array, low: int, size: int) -> jax.Array:
-    """Zero-pads the last axis of ``t`` to ``size``, ``low`` zeros in front."""
-    pad = [(0, 0, 0)] * (t.ndim - 1) + [(low, size - low - t.shape[-1], 0)]
-    return jax.lax.pad(t, jnp.zeros((), t.dtype), pad)
+        a, b = rotary[..., 0::2], rotary[..., 1::2]
+        out = jnp.stack([a * c - b * s, b * c + a * s], -1).reshape(rotary.shape)
+    return jnp.concatenate([out.astype(x.dtype), x[..., 2 * half :]], -1)

@@ -1,7 +1,8 @@
-"""Both forms of the bfloat16 <-> float32 conversions of the rotation (the CPU bit
-operations and the ``astype`` every accelerator runs) equal XLA's ``convert`` bit for
-bit: every bfloat16 value widened, and float32 values narrowed at the rounding
-boundaries (ties, one ulp either side), specials and random bits."""
+"""The CPU rotation's bfloat16 <-> float32 conversions (bit operations,
+``flax_posenc._cpu``) equal XLA's ``convert``, the ``astype`` of the reference
+rotation every accelerator runs, bit for bit: every bfloat16 value widened, and
+float32 values narrowed at the rounding boundaries (ties, one ulp either side),
+specials and random bits; their gradients are the casts'."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from branches import BRANCHES, run_branch
 
-from flax_posenc._bfloat16 import narrow, widen
+from flax_posenc._cpu import _narrow as narrow
+from flax_posenc._cpu import _widen as widen
 
 ALL_BF16_BITS = np.arange(2**16, dtype=np.uint32)
 
@@ -20,12 +21,11 @@ def _bits(x: jax.Array, dtype) -> np.ndarray:
     return np.asarray(jax.lax.bitcast_convert_type(x, dtype))
 
 
-@pytest.mark.parametrize("branch", BRANCHES)
-def test_widen_is_exact_for_every_bfloat16_value(branch):
+def test_widen_is_exact_for_every_bfloat16_value():
     x = jax.lax.bitcast_convert_type(
         jnp.asarray(ALL_BF16_BITS.astype(np.uint16)), jnp.bfloat16
     )
-    got, want = run_branch(widen, x, branch=branch), x.astype(jnp.float32)
+    got, want = jax.jit(widen)(x), x.astype(jnp.float32)
     assert got.dtype == jnp.float32
     nan = np.isnan(np.asarray(want))
     np.testing.assert_array_equal(
@@ -57,15 +57,14 @@ SPECIALS = np.array(
 RANDOM = np.random.default_rng(0).integers(0, 2**32, 200_000, dtype=np.uint64)
 
 
-@pytest.mark.parametrize("branch", BRANCHES)
 @pytest.mark.parametrize(
     "bits",
     [BOUNDARIES, SPECIALS, RANDOM.astype(np.uint32)],
     ids=["boundaries", "specials", "random"],
 )
-def test_narrow_rounds_like_xla(bits, branch):
+def test_narrow_rounds_like_xla(bits):
     y = jax.lax.bitcast_convert_type(jnp.asarray(bits), jnp.float32)
-    got = run_branch(lambda y: narrow(y, jnp.bfloat16), y, branch=branch)
+    got = jax.jit(lambda y: narrow(y, jnp.bfloat16))(y)
     want = y.astype(jnp.bfloat16)
     assert got.dtype == jnp.bfloat16
     nan = np.isnan(np.asarray(y))
@@ -83,21 +82,18 @@ def test_other_dtypes_use_astype(dtype):
     np.testing.assert_array_equal(narrow(y, dtype), y.astype(dtype))
 
 
-@pytest.mark.parametrize("branch", BRANCHES)
-def test_gradients_flow_as_through_astype(branch):
+def test_gradients_flow_as_through_astype():
     """The bit operations have no derivative of their own: the casts' is used."""
     x = jnp.asarray([0.5, -2.0, 3.0], jnp.bfloat16)
 
     def loss(convert):
         return lambda x: (convert(x) ** 2).sum()
 
-    got = run_branch(
+    got = jax.jit(
         jax.grad(
             loss(lambda x: narrow(widen(x) * 3.0, jnp.bfloat16).astype(jnp.float32))
-        ),
-        x,
-        branch=branch,
-    )
+        )
+    )(x)
     want = jax.grad(
         loss(
             lambda x: (
