@@ -285,3 +285,67 @@ def test_reader_matches_transformers_edge_cases(case):
         np.testing.assert_allclose(
             freqs.attention_scaling, expected["attention_scaling"], rtol=1e-6
         )
+
+
+# Qwen2.5-7B-Instruct-1M's published block (vLLM reads it; transformers ignores it).
+QWEN_1M = {
+    "model_type": "qwen2",
+    "hidden_size": 3584,
+    "num_attention_heads": 28,
+    "num_hidden_layers": 2,
+    "max_position_embeddings": 1010000,
+    "rope_theta": 10000000.0,
+    "dual_chunk_attention_config": {
+        "chunk_size": 262144,
+        "local_size": 8192,
+        "original_max_position_embeddings": 262144,
+    },
+}
+
+
+def test_dual_chunk_attention_config_is_read():
+    spec = read(QWEN_1M)
+    assert spec.dual_chunk_attention == fp.DualChunkAttentionConfig(
+        chunk_size=262144, local_size=8192, original_max_position_embeddings=262144
+    )
+    assert spec.layer(0).rope == fp.RopeConfig(head_dim=128, theta=1e7)
+    assert (
+        read({**QWEN_1M, "dual_chunk_attention_config": None}).dual_chunk_attention
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    "block, error, match",
+    [
+        ({"sparse_attention_enabled": True}, ValueError, "sparse attention"),
+        ({"sparse_attention_enabled": "no"}, TypeError, "sparse_attention_enabled"),
+        ({"sparse_attention_threshold": 0}, ValueError, "Unknown keys"),
+        ({"chunk_size": None}, TypeError, "chunk_size"),
+        ({"local_size": 262144}, ValueError, "local_size"),
+    ],
+)
+def test_dual_chunk_attention_config_refuses_what_it_does_not_compute(
+    block, error, match
+):
+    config = {
+        **QWEN_1M,
+        "dual_chunk_attention_config": {
+            **QWEN_1M["dual_chunk_attention_config"],
+            **block,
+        },
+    }
+    with pytest.raises(error, match=match):
+        read(config)
+
+
+def test_dual_chunk_attention_config_needs_its_sizes_and_a_dict():
+    with pytest.raises(ValueError, match=r"needs \['local_size'\]"):
+        read({**QWEN_1M, "dual_chunk_attention_config": {"chunk_size": 4}})
+    with pytest.raises(TypeError, match="must be a dict"):
+        read({**QWEN_1M, "dual_chunk_attention_config": [4, 2]})
+
+
+def test_rope_config_from_hf_does_not_drop_dual_chunk_attention():
+    with pytest.raises(ValueError, match="dual_chunk_attention_config"):
+        fp.rope_config_from_hf(QWEN_1M)

@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from flax_posenc.dual_chunk import DualChunkAttentionConfig
 from flax_posenc.hf._record import BlockRecord, Record, normalise
 from flax_posenc.query_scaling import QueryScaling
 from flax_posenc.rope import RopeConfig
@@ -89,11 +90,16 @@ class HFRope:
       layers: one :class:`LayerRope` per decoder layer.
       layer_types: the config's per-layer type names (``"full_attention"``,
         ``"sliding_attention"``, ...), or None.
+      dual_chunk_attention: the published ``dual_chunk_attention_config``
+        (Qwen2.5-1M) as a :class:`~flax_posenc.DualChunkAttentionConfig`, for
+        :func:`flax_posenc.dual_chunk_attention`; None without one. transformers
+        ignores the block; vLLM computes with it.
     """
 
     model_type: str
     layers: tuple[LayerRope, ...]
     layer_types: tuple[str, ...] | None = None
+    dual_chunk_attention: DualChunkAttentionConfig | None = None
 
     def layer(self, index: int) -> LayerRope:
         """The :class:`LayerRope` of decoder layer ``index``."""
@@ -163,7 +169,12 @@ def _build(record: Record) -> HFRope:
                     rope, rope=dataclasses.replace(rope.rope, theta=layer.theta)
                 )
             layers.append(rope)
-    return HFRope(record.model_type, tuple(layers), record.layer_types)
+    return HFRope(
+        record.model_type,
+        tuple(layers),
+        record.layer_types,
+        record.dual_chunk_attention,
+    )
 
 
 def _layer(record: Record, block: BlockRecord) -> LayerRope:
@@ -227,6 +238,13 @@ def rope_config_from_hf(
       'interleaved'
     """
     spec = _build(normalise(config))
+    if spec.dual_chunk_attention is not None:
+        raise ValueError(
+            f"This {spec.model_type!r} config has a dual_chunk_attention_config, "
+            "which a RopeConfig alone would drop; use "
+            "fp.read_hf_rope(config).dual_chunk_attention with "
+            "fp.dual_chunk_attention."
+        )
     kinds = sorted(set(spec.layer_types or ()))
     distinct = set(spec.layers)
     if layer_type is None:

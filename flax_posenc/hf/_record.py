@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from flax_posenc._validation import check_bool, check_float, check_length
+from flax_posenc.dual_chunk import DualChunkAttentionConfig
 from flax_posenc.hf import _blocks, _families, _rules
 from flax_posenc.hf._config import Config, lengths, text_config
 from flax_posenc.query_scaling import QueryScaling
@@ -70,6 +71,7 @@ class Record:
       softmax_mscale: YaRN's ``mscale_all_dim`` also scales the softmax.
       rope_features: ``"last"`` where the rotated slice ends the head (MLA).
       position_sign: -1 where the model rotates by ``-theta``.
+      dual_chunk_attention: Qwen2.5-1M's ``dual_chunk_attention_config``, or None.
     """
 
     model_type: str
@@ -80,6 +82,7 @@ class Record:
     softmax_mscale: bool = False
     rope_features: Literal["first", "last"] = "first"
     position_sign: Literal[1, -1] = 1
+    dual_chunk_attention: DualChunkAttentionConfig | None = None
 
 
 def normalise(config: Mapping[str, Any]) -> Record:
@@ -100,6 +103,7 @@ def normalise(config: Mapping[str, Any]) -> Record:
         for key, block in _blocks.blocks(cfg).items()
     }
     temperature = _temperature(cfg)
+    dual_chunk = _dual_chunk(cfg)
     return Record(
         model_type=cfg.model_type,
         layer_types=layer_types,
@@ -111,6 +115,42 @@ def normalise(config: Mapping[str, Any]) -> Record:
         if cfg.model.head_dim == "qk_rope_head_dim" or cfg.model.rope_slice_last
         else "first",
         position_sign=-1 if cfg.model.position_sign == -1 else 1,
+        dual_chunk_attention=dual_chunk,
+    )
+
+
+_DUAL_CHUNK_KEYS = frozenset(
+    {"chunk_size", "local_size", "original_max_position_embeddings"}
+)
+
+
+def _dual_chunk(cfg: Config) -> DualChunkAttentionConfig | None:
+    """``dual_chunk_attention_config`` (Qwen2.5-1M; read by vLLM, ignored by
+    transformers), with its published keys only; sparse attention is refused."""
+    block = cfg.config.get("dual_chunk_attention_config")
+    where = cfg.where("dual_chunk_attention_config")
+    if block is None:
+        return None
+    if not isinstance(block, Mapping):
+        raise TypeError(f"{where} must be a dict or null, got {block!r}.")
+    sparse = block.get("sparse_attention_enabled", False)
+    if check_bool(f"{where}['sparse_attention_enabled']", sparse):
+        raise ValueError(
+            f"{where} enables sparse attention, which dual_chunk_attention does not "
+            "compute (vLLM's vertical-and-slash kernels); set it to false."
+        )
+    unknown = sorted(set(block) - _DUAL_CHUNK_KEYS - {"sparse_attention_enabled"})
+    if unknown:
+        raise ValueError(
+            f"Unknown keys {unknown} in {where}; known: "
+            f"{sorted(_DUAL_CHUNK_KEYS)} (and sparse_attention_enabled: false). "
+            "flax_posenc does not guess what they mean."
+        )
+    missing = sorted({"chunk_size", "local_size"} - set(block))
+    if missing:
+        raise ValueError(f"{where} needs {missing}; got {sorted(block)}.")
+    return DualChunkAttentionConfig(
+        **{k: v for k, v in block.items() if k in _DUAL_CHUNK_KEYS}
     )
 
 
