@@ -94,8 +94,8 @@ def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array, layout: str) -> jax.Arr
     if cos.shape[-1] == 0:
         return x
     return _cpu.on_cpu(
-        lambda *a: _cpu.rotate(*a, layout),
-        lambda *a: _reference(*a, layout),
+        lambda x, cos, sin: _cpu.rotate(x, cos, sin, layout),
+        lambda x, cos, sin: _reference(x, cos, sin, layout),
         x,
         cos,
         sin,
