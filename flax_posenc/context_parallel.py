@@ -475,9 +475,10 @@ def _place(x: Any, mesh: Mesh, spec: Any) -> Any:
     explicit = getattr(jax.sharding.AxisType, "Explicit", None)
     if explicit is None or explicit not in tuple(getattr(mesh, "axis_types", ())):
         return x  # Auto axes: shard_map's inputs are resharded by the partitioner
-    reshard = getattr(jax, "reshard", None) or jax.sharding.reshard
+    # device_put, not jax.reshard: at jax 0.7 reshard's transpose (in grad) loses
+    # the mesh.
     sharding = jax.sharding.NamedSharding(mesh, spec)
-    return jax.tree_util.tree_map(lambda leaf: reshard(leaf, sharding), x)
+    return jax.tree_util.tree_map(lambda leaf: jax.device_put(leaf, sharding), x)
 
 
 def ring_attention_fn(
