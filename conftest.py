@@ -23,3 +23,17 @@ def _doctest_imports(doctest_namespace):
     doctest_namespace.update(
         jax=jax, jnp=jnp, np=np, chex=chex, flax=flax, nnx=nnx, fp=fp
     )
+
+
+# Docstring examples that compile a ring over 8 devices (seconds each) run with the
+# `slow` tests; their code is also run by tests/test_ring_attention.py.
+SLOW_DOCTEST_MODULES = ("flax_posenc.context_parallel",)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if isinstance(item, pytest.DoctestItem) and item.name.startswith(
+            SLOW_DOCTEST_MODULES
+        ):
+            item.add_marker(pytest.mark.slow)

@@ -322,7 +322,7 @@ def _accumulate_q_block(
     stats: Stats,
 ) -> Stats:
     """One query block's ``stats`` after a rematerialised scan over the key
-    blocks; ``Stats(row_max, None, None)`` starts from zero sums at ``row_max``."""
+    blocks."""
     q_block = jax.lax.dynamic_slice_in_dim(blocks.q, q_start, blocks.block_q, axis=1)
     return accumulate_block(blocks, bias, precision, q_start, q_block, stats)
 
@@ -338,13 +338,6 @@ def accumulate_block(
     """The query block ``q_block [B, block_q, K, G, H]`` (rows from ``q_start``)
     against every key of ``blocks``: a rematerialised scan over the key blocks
     (ring attention's backward differentiates it with respect to ``q_block``)."""
-    if stats.acc is None:  # a given row_max, nothing accumulated yet
-        zeros = jnp.zeros_like(stats.row_max)
-        stats = Stats(
-            stats.row_max,
-            zeros,
-            jnp.zeros((*zeros.shape, blocks.v.shape[-1]), jnp.float32),
-        )
     step = functools.partial(_k_step, blocks, bias, precision, q_start, q_block)
     keys = blocks.k.shape[1]
     carry, _ = jax.lax.scan(

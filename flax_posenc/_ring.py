@@ -223,7 +223,10 @@ def _backward(
             keep = (index < num_blocks - 1) | (jnp.arange(block_q) >= overlap)
             d_acc = jnp.where(keep[None, :, None, None, None], d_acc, 0.0)
             d_den = jnp.where(keep[None, :, None, None], d_den, 0.0)
-        start_stats = Stats(lse[index], None, None)  # zero sums at row_max = lse
+        zeros = jnp.zeros_like(lse[index])  # zero sums at row_max = lse
+        start_stats = Stats(
+            lse[index], zeros, jnp.zeros((*zeros.shape, value_dim), f32)
+        )
 
         def sums(q_block, k, v, arrays):
             current = _with_keys(blocks, (k, v, kp, ks))

@@ -201,6 +201,14 @@ def _check_rope(rope: Any, q_positions: Any, seq_len: Any) -> _Rotation:
     return _Rotation(rope, seq_len)
 
 
+def _rope_positions(arrays: Any) -> tuple[jax.Array, jax.Array]:
+    """The q and k positions RoPE rotates by (k's default to q's)."""
+    qp = arrays.q_positions
+    if qp is None:
+        raise ValueError("`q_positions` is required with `rope=`.")
+    return qp, qp if arrays.k_positions is None else arrays.k_positions
+
+
 def _local_ring(
     q: jax.Array,
     k: jax.Array,
@@ -216,8 +224,7 @@ def _local_ring(
     """RoPE (with the ring's global ``seq_len``), then the ring, on local shards."""
     config, seq_len = rotation
     if config is not None:
-        qp = arrays.q_positions
-        kp = qp if arrays.k_positions is None else arrays.k_positions
+        qp, kp = _rope_positions(arrays)
         if seq_len is None and config.depends_on_seq_len and global_seq_len:
             local = jnp.maximum(jnp.max(qp), jnp.max(kp))
             seq_len = jax.lax.pmax(local, axis_name) + 1  # the global length
@@ -421,8 +428,7 @@ def _run_sharded(
     mesh, axis, batch_axis, arrays, bias, rotation, options = checked
     config, seq_len = rotation
     if config is not None and config.depends_on_seq_len and seq_len is None:
-        qp = arrays.q_positions
-        kp = qp if arrays.k_positions is None else arrays.k_positions
+        qp, kp = _rope_positions(arrays)
         seq_len = jnp.maximum(jnp.max(qp), jnp.max(kp)) + 1  # global, under jit
     bias_arrays, rebuild = _ring.split_bias(bias)
     operands = {"q": q, "k": k, "v": v, "bias": bias_arrays}

@@ -105,7 +105,7 @@ def cope_bias(
       >>> q = k = jnp.zeros((4, 1, 2))  # [L, N, H]: every gate sigmoid(0) = 1/2
       >>> pos_emb = jnp.array([[0.0, 0.0], [1.0, 0.0], [2.0, 0.0]])
       >>> p = jnp.arange(4)
-      >>> fp.cope_bias(q + jnp.array([1.0, 0.0]), k, pos_emb, q_positions=p,
+      >>> fp.cope_bias(q + jnp.array([[[1.0, 0.0]]]), k, pos_emb, q_positions=p,
       ...     k_positions=p)[0, 3].tolist()  # q . e[p], p = 2, 1.5, 1, 0.5
       [2.0, 1.5, 1.0, 0.5]
 

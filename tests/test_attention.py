@@ -105,6 +105,7 @@ def test_caller_bias_and_position_bias_add_up():
     )
 
 
+@pytest.mark.slow
 def test_decode_query_position_differs_from_keys():
     q = normal((B, 1, N, H), seed=5)
     k, v = normals(2, (B, L, N, H), seed=6)
@@ -164,6 +165,7 @@ def test_bias_of_wrong_shape_is_rejected():
         attend(q, q, q)
 
 
+@pytest.mark.slow
 def test_positional_attention_fn_forwards_k_seq_len():
     """Dynamic NTK with transformers' decode policy: q at the current length, each
     cached key at its own. The attention function rotates as apply_rope_qk given
@@ -219,6 +221,7 @@ def test_a_bias_function_is_refused_and_names_blockwise_attention_fn():
 BLOCKWISE = dict(bias=fp.AlibiBias(N), causal=True, block_q=4, block_k=3)
 
 
+@pytest.mark.slow
 def test_blockwise_attention_fn_in_linen_equals_blockwise_attention():
     attention_fn = fp.blockwise_attention_fn(
         rope=CONFIG, q_positions=POSITIONS, **BLOCKWISE

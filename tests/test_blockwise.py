@@ -372,6 +372,7 @@ def test_memory_at_32k_is_under_a_64th_of_the_dense_bias(grad):
 COLLECTIVE = re.compile(r"= (\S+) (all-gather|all-reduce|all-to-all|collective-\w+)")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "axis_type, per_sequence",
     [(AxisType.Auto, False), (AxisType.Auto, True), (AxisType.Explicit, True)],
@@ -420,6 +421,7 @@ def test_sharded_over_batch_and_heads_equals_unsharded(axis_type, per_sequence):
     assert collectives <= allowed, collectives
 
 
+@pytest.mark.slow
 def test_blockwise_attention_fn_in_linen_equals_the_array_bias():
     batch, length, heads, dim = 2, 10, 4, 32
     x = np.random.default_rng(0).standard_normal((batch, length, dim))
@@ -462,6 +464,7 @@ def test_blockwise_attention_fn_in_linen_equals_the_array_bias():
     assert not np.allclose(got_positions[1], want[1], atol=1e-3)
 
 
+@pytest.mark.slow
 def test_blockwise_attention_fn_nnx_decode_cache_with_t5_table():
     batch, steps, heads, dim = 1, 3, 2, 16
     t5 = pnnx.RelativePositionBias(heads, bidirectional=False, rngs=nnx.Rngs(3))

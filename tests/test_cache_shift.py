@@ -22,7 +22,9 @@ DELTAS = {  # scalar and per key, negative included (eviction shifts down)
 SEQ_LEN = 5000  # the shared seq_len of dynamic NTK and LongRoPE (past ORIGINAL)
 
 
-def assert_within_rotation_bound(got, x, truth, positions, inv_freq, attention, layout, ulps):
+def assert_within_rotation_bound(
+    got, x, truth, positions, inv_freq, attention, layout, ulps
+):
     """Error bound of two float32-angle rotations, each rounded to ``got.dtype``:
     per pair of norm ``r`` (times ``attention``), two half ulps of the dtype, the
     angles' error ``ulps * 2^-24 * (|p| + |delta|) * inv_freq`` and float32
@@ -86,7 +88,9 @@ def test_shift_equals_rotation_at_shifted_positions(family, rotary_dim, layout):
         for delta, (moved, unrotated) in zip(deltas, got, strict=True):
             truth, _ = ref.rope(k, POSITIONS + delta, inv_freq, attention, layout)
             reach = np.abs(POSITIONS) + np.abs(delta)
-            assert_within_rotation_bound(moved, k, truth, reach, inv_freq, attention, layout, ulps)
+            assert_within_rotation_bound(
+                moved, k, truth, reach, inv_freq, attention, layout, ulps
+            )
             # Shifting unrotated keys is RoPE at delta with magnitude 1.
             truth, _ = ref.rope(k, delta, inv_freq, 1.0, layout)
             assert_within_rotation_bound(

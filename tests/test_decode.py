@@ -154,6 +154,7 @@ def batches():
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch", ["plain", "packed", "left_padded"])
 def test_cached_decoding_equals_full_forward(batch):
     positions, segments = batches()[batch]
@@ -196,6 +197,7 @@ def test_packed_sequence_gets_its_outputs_alone():
             )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "encoding", ["rope", pytest.param("alibi", marks=pytest.mark.slow), "t5"]
 )

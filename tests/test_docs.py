@@ -134,7 +134,15 @@ def guide_pages() -> list[pathlib.Path]:
     "page",
     [
         pytest.param(page, marks=pytest.mark.slow)
-        if page.name in ("attention.md", "blockwise.md", "rope.md", "testing.md")
+        if page.name
+        in (
+            "attention.md",
+            "blockwise.md",
+            "context_parallel.md",
+            "length_generalisation.md",
+            "rope.md",
+            "testing.md",
+        )
         else page
         for page in guide_pages()
     ],

@@ -63,7 +63,8 @@ def test_copy_batch_layout():
         np.testing.assert_array_equal(np.asarray(targets)[np.asarray(mask)], symbols)
 
 
-# Each encoding compiles a model: RoPE by default.
+# Each encoding compiles a model: with the slow tests.
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "encoding",
     [e if e == "rope" else pytest.param(e, marks=pytest.mark.slow) for e in ENCODINGS],
@@ -236,6 +237,7 @@ def test_linen_block_equals_nnx_block(encoding):
             np.testing.assert_allclose(got_cache.k, want_cache.k, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_streaming_reindexes_the_cache_with_rope_shift():
     """Sink + window decoding 3x past the cache: after every step the cached keys
     (shifted by rope_shift at each eviction) equal the tapped raw keys rotated at

@@ -105,6 +105,7 @@ def test_gradients_finite_at_distance_zero():
     assert float(grads.c) != 0 and float(grads.threshold_multiplier) != 0
 
 
+@pytest.mark.slow
 def test_blockwise_equals_dense_and_no_retrace():
     q = jax.random.normal(jax.random.key(0), (1, 32, N, 8))
     positions = jnp.arange(32)

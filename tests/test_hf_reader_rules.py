@@ -209,6 +209,7 @@ PARTIAL_QUESTIONS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "model_type, question, answer",
     PARTIAL_QUESTIONS,

@@ -71,6 +71,7 @@ def test_gradients_finite_at_distance_zero(kernel):
     assert np.all(np.asarray(grads[0]) != 0) and np.all(np.asarray(grads[1]) != 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "kernel", ["log", pytest.param("power", marks=pytest.mark.slow)]
 )

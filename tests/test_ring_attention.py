@@ -169,6 +169,7 @@ def test_ring_permutes_each_block_n_minus_1_times(grad):
     assert count_permutes(jaxpr.jaxpr) == want
 
 
+@pytest.mark.slow
 def test_gradients_equal_dense_with_t5_table():
     """Gradients of q, k, v and the T5 table through the transposed ring equal
     autodiff of dense float32 attention (causal T5 buckets, GQA). Against
