@@ -213,7 +213,8 @@ class FireBias:
       eps: as in :func:`fire_bias`.
 
     Raises:
-      As :func:`fire_bias` for the parameters and floats.
+      TypeError: as :func:`fire_bias`, for the parameters and floats.
+      ValueError: as :func:`fire_bias`, for the parameters and floats.
 
     Examples:
       >>> params = fp.FireParams(jnp.array(0.1), jnp.array(1.0), jnp.ones(8),

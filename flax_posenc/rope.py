@@ -71,7 +71,7 @@ class RopeConfig:
       theta: the frequency base (HF ``rope_theta``), > 1.
       rotary_dim: the number of rotated features (even, ``<= H``) as given; None
         means the whole head. HF's ``partial_rotary_factor`` gives
-        ``int(H * factor)``. The resolved ``R`` is :attr:`rotated_features`, so
+        ``int(H * factor)``. The resolved ``R`` is ``rotated_features``, so
         ``dataclasses.replace(config, head_dim=...)`` keeps a None rotating the
         whole new head.
       layout: ``"half"`` or ``"interleaved"`` pairing (see the module docstring).
