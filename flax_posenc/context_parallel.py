@@ -146,25 +146,51 @@ def ring_attention(
       (1, 64, 4, 16)
     """
     _check_axis_name(axis_name, bound=True)
-    rotation = _check_rope(rope, q_positions, seq_len)
-    options = _blockwise.check_options(
-        bias=bias, causal=causal, scale=scale, block_q=block_q, block_k=block_k
-    )
-    arrays = _blockwise.check_arrays(
+    rotation, options, arrays = _check_ring(
         q,
         k,
         v,
         bias=bias,
-        causal=options.causal,
+        rope=rope,
+        seq_len=seq_len,
+        causal=causal,
+        scale=scale,
+        block_q=block_q,
+        block_k=block_k,
         q_positions=q_positions,
         k_positions=k_positions,
         q_segment_ids=q_segment_ids,
         k_segment_ids=k_segment_ids,
-        mask=None,
     )
     return _local_ring(
         q, k, v, arrays, bias, rotation, options, axis_name, precision, True
     )
+
+
+def _check_ring(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    bias: Any,
+    rope: Any,
+    seq_len: Any,
+    causal: Any,
+    scale: Any,
+    block_q: Any,
+    block_k: Any,
+    **positions: Any,
+) -> tuple[_Rotation, _blockwise.Options, _blockwise.Arrays]:
+    """The checks both ring entry points share: RoPE, the blockwise options, and
+    the arrays with their positions and segment ids (no ``mask``)."""
+    rotation = _check_rope(rope, positions["q_positions"], seq_len)
+    options = _blockwise.check_options(
+        bias=bias, causal=causal, scale=scale, block_q=block_q, block_k=block_k
+    )
+    arrays = _blockwise.check_arrays(
+        q, k, v, bias=bias, causal=options.causal, mask=None, **positions
+    )
+    return rotation, options, arrays
 
 
 class _Rotation(NamedTuple):
@@ -377,21 +403,21 @@ def _check_sharded(
         raise ValueError(
             f"`batch_axis` must differ from `axis_name`, both are {axis_name!r}."
         )
-    rotation = _check_rope(rope, q_positions, seq_len)
-    options = _blockwise.check_options(
-        bias=bias, causal=causal, scale=scale, block_q=block_q, block_k=block_k
-    )
-    arrays = _blockwise.check_arrays(
+    rotation, options, arrays = _check_ring(
         q,
         k,
         v,
         bias=bias,
-        causal=options.causal,
+        rope=rope,
+        seq_len=seq_len,
+        causal=causal,
+        scale=scale,
+        block_q=block_q,
+        block_k=block_k,
         q_positions=q_positions,
         k_positions=k_positions,
         q_segment_ids=q_segment_ids,
         k_segment_ids=k_segment_ids,
-        mask=None,
     )
     if q.ndim != 4:
         raise ValueError(
