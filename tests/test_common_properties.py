@@ -124,7 +124,16 @@ for _family in ref.FAMILIES:
         pytest.param(jnp.float16, marks=pytest.mark.slow),
     ],
 )
-@pytest.mark.parametrize("name", sorted(ENCODERS))
+# RoPE's scaling families as sampled by rope_reference; the rest with `slow`.
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.slow)
+        if name.removeprefix("rope_") in set(ref.FAMILIES) - set(ref.SAMPLED_FAMILIES)
+        else name
+        for name in sorted(ENCODERS)
+    ],
+)
 def test_encoder_properties(name, dtype):
     encoder = ENCODERS[name]
     x = normal((B, L, N, H), dtype, seed=0)

@@ -136,9 +136,12 @@ def guide_pages() -> list[pathlib.Path]:
         pytest.param(page, marks=pytest.mark.slow)
         if page.name
         in (
+            "absolute.md",
             "attention.md",
             "blockwise.md",
+            "context_extension.md",
             "context_parallel.md",
+            "exact_angles.md",
             "length_generalisation.md",
             "rope.md",
             "testing.md",

@@ -149,7 +149,10 @@ def test_bfloat16_q_at_1e7_within_bfloat16_rounding(layout, branch):
 
 @pytest.mark.parametrize("branch", BRANCHES)
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
-@pytest.mark.parametrize(("dim", "spacing"), [(64, "paper"), (33, "tensor2tensor")])
+@pytest.mark.parametrize(
+    ("dim", "spacing"),
+    [(64, "paper"), pytest.param(33, "tensor2tensor", marks=pytest.mark.slow)],
+)
 def test_sinusoidal_within_1e6_of_the_truth(layout, dim, spacing, branch):
     i = np.arange(dim // 2, dtype=np.float64)
     if spacing == "paper":

@@ -45,12 +45,12 @@ def _step_logits(name: str, policy: str) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(logits)[prompt - 1 :], case.logits
 
 
-@pytest.mark.slow
 def test_dynamic_ntk_transformers_policy_matches_cached_generate():
     got, want = _step_logits("llama_dynamic_ntk_cached", "transformers")
     np.testing.assert_allclose(got, want, rtol=0, atol=ATOL)
 
 
+@pytest.mark.slow
 def test_dynamic_ntk_fixed_seq_len_differs_from_generate():
     """The other policy is a real choice: it is not what ``generate`` does."""
     got, want = _step_logits("llama_dynamic_ntk_cached", "fixed")

@@ -343,8 +343,11 @@ def test_apply_mrope_matches_transformers(name):
         pytest.param(
             16, 12, "interleaved", (1, 3, 2), "contiguous", marks=pytest.mark.slow
         ),
-        (128, 128, "half", (24, 20, 20), "interleaved"),
+        pytest.param(
+            128, 128, "half", (24, 20, 20), "interleaved", marks=pytest.mark.slow
+        ),
         (16, 12, "interleaved", (2, 2, 2), "hw_alternating"),
+        (16, 16, "half", (2, 2, 4), "interleaved"),
         (16, 16, "half", (2, 2, 4), "xd"),
         pytest.param(16, 12, "half", (2, 2, 2), "xd", marks=pytest.mark.slow),
     ],

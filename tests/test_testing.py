@@ -179,7 +179,9 @@ K_GQA = normal((2, 6, 2, 8), seed=4)
 
 @pytest.mark.parametrize("family", ["plain", "yarn", "llama3"])
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize(
+    "dtype", [jnp.float32, pytest.param(jnp.bfloat16, marks=pytest.mark.slow)]
+)
 def test_rope_is_shift_invariant_with_grouped_query_attention(family, layout, dtype):
     rotate = rope_fn(ref.make_config(family, head_dim=8, layout=layout))
     q, k = Q_GQA.astype(dtype), K_GQA.astype(dtype)

@@ -5,8 +5,10 @@ transformers ignores a top-level key its config class does not know, so
 A key one or two edits from a RoPE key is almost surely such a typo; the reader
 refuses it, naming the key it resembles, unless it is itself an attribute of some
 config class (``_defaults.NEAR_TYPO_CHECKED``, written by the defaults generator,
-which loads this file by path: it imports nothing).
+which loads this file by path: it imports only the standard library).
 """
+
+import functools
 
 TYPO_CHECKED = (
     "compress_rope_theta",
@@ -50,10 +52,18 @@ def edit_distance(a: str, b: str) -> int:
     return rows[-1][-1]
 
 
+@functools.cache
 def resembled(key: str) -> str | None:
-    """The RoPE key ``key`` is one or two edits from, or None."""
+    """The RoPE key ``key`` is one or two edits from, or None. Keys whose lengths
+    differ by more than ``MAX_EDITS`` are never compared (their distance is at
+    least that difference); a config's keys repeat across reads, so answers are
+    cached."""
     if key in TYPO_CHECKED:
         return None
-    near = [(edit_distance(key, k), k) for k in TYPO_CHECKED]
-    distance, closest = min(near)
+    near = [
+        (edit_distance(key, k), k)
+        for k in TYPO_CHECKED
+        if abs(len(key) - len(k)) <= MAX_EDITS
+    ]
+    distance, closest = min(near, default=(MAX_EDITS + 1, None))
     return closest if distance <= MAX_EDITS else None
