@@ -107,12 +107,16 @@ ENCODERS = {
     "xpos_key": lambda x, p: fp.apply_xpos(x, p, ROPE, is_key=True, center=20),
 }
 # RoPE, plain and one per scaling family. The offsets below take dynamic NTK and
-# LongRoPE (original length 16) across their switch without a retrace.
+# LongRoPE (original length 16) across their switch without a retrace. The families
+# rope_reference does not sample run with `slow`.
+SLOW_ENCODERS = set()
 for _family in ref.FAMILIES:
     if _family in ("yarn_mscale", "yarn_untruncated"):
         continue
     _config = ref.make_config(_family, head_dim=H, original=16)
     ENCODERS[f"rope_{_family}"] = functools.partial(fp.apply_rope, config=_config)
+    if _family not in ref.SAMPLED_FAMILIES:
+        SLOW_ENCODERS.add(f"rope_{_family}")
 
 
 # bfloat16 by default (where a dtype slips); float32 and float16 with `slow`.
@@ -124,13 +128,10 @@ for _family in ref.FAMILIES:
         pytest.param(jnp.float16, marks=pytest.mark.slow),
     ],
 )
-# RoPE's scaling families as sampled by rope_reference; the rest with `slow`.
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(name, marks=pytest.mark.slow)
-        if name.removeprefix("rope_") in set(ref.FAMILIES) - set(ref.SAMPLED_FAMILIES)
-        else name
+        pytest.param(name, marks=pytest.mark.slow) if name in SLOW_ENCODERS else name
         for name in sorted(ENCODERS)
     ],
 )
