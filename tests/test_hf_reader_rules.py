@@ -61,6 +61,7 @@ REFUSED = [
     ({**LLAMA, "rope_parametres": {"rope_theta": 5e5}}, r"close to 'rope_parameters'"),
     ({**LLAMA, "partial_rotary_factr": 0.5}, r"close to 'partial_rotary_factor'"),
     ({**LLAMA, "max_position_embedding": 8192}, r"close to 'max_position_embeddings'"),
+    ({**LLAMA, "rope_thetaaa": 5e5}, r"close to 'rope_theta'"),  # two letters longer
     # A nested block with no layer types to choose it by.
     ({**LLAMA, "rope_parameters": {"full_attention": {"rope_theta": 1e4}}},
      r"nested by layer type \['full_attention'\], but it names no layer_types"),
