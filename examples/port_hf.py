@@ -245,7 +245,11 @@ def load_hf_weights(model: Decoder, tensors: dict[str, np.ndarray]) -> None:
             raise ValueError(
                 f"{name}: expected shape {variable.shape}, got {value.shape}."
             )
-        variable[...] = jnp.asarray(value, variable[...].dtype)
+        value = jnp.asarray(value, variable.dtype)
+        if hasattr(variable, "set_value"):
+            variable.set_value(value)
+        else:  # flax 0.12.0 has no set_value: the abstract value goes through `.value`
+            variable.value = value
         assigned.append(name)
 
     def linear(module: nnx.Linear, name: str) -> None:
@@ -288,7 +292,8 @@ def load_checkpoint(directory: pathlib.Path, config: Config | None = None) -> De
     """The :class:`Decoder` of a ``save_pretrained`` directory (``config.json`` and
     ``model.safetensors``). ``config`` overrides the one read from the directory."""
     config = read_config(directory) if config is None else config
-    model = Decoder(config, rngs=nnx.Rngs(0))  # every parameter is then overwritten
+    # Abstract parameters (shapes and dtypes, no random init): each is then set.
+    model = nnx.eval_shape(lambda: Decoder(config, rngs=nnx.Rngs(0)))
     load_hf_weights(model, safetensors.numpy.load_file(directory / "model.safetensors"))
     return model
 

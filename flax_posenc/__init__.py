@@ -106,6 +106,7 @@ from flax_posenc.rope_scaling import Llama3Scaling as Llama3Scaling
 from flax_posenc.rope_scaling import LongRopeScaling as LongRopeScaling
 from flax_posenc.rope_scaling import NTKScaling as NTKScaling
 from flax_posenc.rope_scaling import ProportionalScaling as ProportionalScaling
+from flax_posenc.rope_scaling import ResonanceScaling as ResonanceScaling
 from flax_posenc.rope_scaling import RopeFrequencies as RopeFrequencies
 from flax_posenc.rope_scaling import RopeScaling as RopeScaling
 from flax_posenc.rope_scaling import RopeScalingFamily as RopeScalingFamily
@@ -180,6 +181,7 @@ __all__ = [
     "ProportionalScaling",
     "QueryScaling",
     "RelativeBias",
+    "ResonanceScaling",
     "RopeConfig",
     "RopeFrequencies",
     "RopeLayout",

@@ -8,6 +8,7 @@ module sits below it).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -83,16 +84,40 @@ def tables(
     positions: jax.Array, config: Any, seq_len: Any
 ) -> tuple[jax.Array, jax.Array]:
     """``cos(p * inv_freq) * a`` and ``sin(p * inv_freq) * a`` (see
-    :func:`flax_posenc.rope_cos_sin`)."""
+    :func:`flax_posenc.rope_cos_sin`).
+
+    float32 angles compile as one program (eagerly too: op by op they were some 30
+    programs per new shape); exact angles start from host float64 frequencies at a
+    Python-int ``seq_len``, so they are traced where they are called.
+    """
+    if config.angle_precision == "exact":
+        return _scaled_tables(positions, config, seq_len)
+    return _compiled_tables(positions, config, seq_len)
+
+
+def _scaled_tables(
+    positions: jax.Array, config: Any, seq_len: Any
+) -> tuple[jax.Array, jax.Array]:
     cos, sin, scale = unit_cos_sin(positions, config, seq_len)
     return cos * scale, sin * scale
 
 
+_compiled_tables = jax.jit(_scaled_tables, static_argnames="config")
+
+
 def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array, layout: str) -> jax.Array:
     """Rotates the first ``R = 2 * cos.shape[-1]`` features of ``x [..., L, N, H]``
-    by the float ``[..., L, R/2]`` tables (see :func:`flax_posenc.rope_rotate`)."""
+    by the float ``[..., L, R/2]`` tables (see :func:`flax_posenc.rope_rotate`), as
+    one compiled program."""
     if cos.shape[-1] == 0:
         return x
+    return _compiled_rotate(x, cos, sin, layout)
+
+
+@functools.partial(jax.jit, static_argnames="layout")
+def _compiled_rotate(
+    x: jax.Array, cos: jax.Array, sin: jax.Array, layout: str
+) -> jax.Array:
     return _cpu.on_cpu(
         lambda x, cos, sin: _cpu.rotate(x, cos, sin, layout),
         lambda x, cos, sin: _reference(x, cos, sin, layout),

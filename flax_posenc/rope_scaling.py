@@ -13,7 +13,8 @@ recompiles. ``frequencies_float64`` gives the unrounded float64 values on the ho
 from.
 
 References: position interpolation (Chen et al., 2023); NTK-aware scaling (bloc97,
-2023); YaRN (Peng et al., 2023); LongRoPE (Ding et al., 2024); Llama 3 (Meta, 2024).
+2023); YaRN (Peng et al., 2023); LongRoPE (Ding et al., 2024); Llama 3 (Meta, 2024);
+Resonance RoPE (Wang et al., 2024).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ __all__ = [
     "LongRopeScaling",
     "NTKScaling",
     "ProportionalScaling",
+    "ResonanceScaling",
     "RopeFrequencies",
     "RopeScaling",
     "RopeScalingFamily",
@@ -601,6 +603,84 @@ class ProportionalScaling(_StaticFrequencies, _FitsAnyRotary):
         return inv_freq / self.factor, 1.0
 
 
+_STATIC_FAMILIES = (
+    LinearScaling,
+    NTKScaling,
+    YarnScaling,
+    Llama3Scaling,
+    ProportionalScaling,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ResonanceScaling(_StaticFrequencies):
+    """Resonance RoPE (Wang et al., 2024, Algorithm 1): every wavelength
+    ``w_i = 2 pi / inv_freq_i`` of a static family rounded to the nearest integer,
+    ``inv_freq_i' = 2 pi / round(w_i)``, so that each feature repeats exactly at
+    integer positions and a position past the training length meets only phases
+    seen in training (for the features whose wavelength is shorter than it). The
+    inner family's attention factor is kept; a zero frequency (an infinite
+    wavelength, as past Gemma 4's rotated fraction) stays zero.
+
+    ``ResonanceScaling()`` rounds plain RoPE; ``ResonanceScaling(YarnScaling(...))``
+    is the paper's Resonance YaRN. transformers has no such family, so the
+    Hugging Face reader never builds one.
+
+    Attributes:
+      scaling: the static family whose frequencies are rounded (``LinearScaling``,
+        ``NTKScaling``, ``YarnScaling``, ``Llama3Scaling`` or
+        ``ProportionalScaling``), or None for plain RoPE.
+    """
+
+    scaling: (
+        LinearScaling
+        | NTKScaling
+        | YarnScaling
+        | Llama3Scaling
+        | ProportionalScaling
+        | None
+    ) = None
+
+    def __post_init__(self):
+        if self.scaling is not None and not isinstance(self.scaling, _STATIC_FAMILIES):
+            raise TypeError(
+                "`ResonanceScaling.scaling` must be a static family ("
+                + ", ".join(family.__name__ for family in _STATIC_FAMILIES)
+                + f") or None, got {self.scaling!r}. Frequencies that follow "
+                "seq_len (dynamic NTK, LongRoPE) have no fixed wavelengths to round."
+            )
+
+    def validate(self, theta: float, rotary_dim: int) -> None:
+        """The inner family's checks, and no wavelength rounding to 0 (one of at
+        most 1/2: a frequency of at least 4 pi)."""
+        if self.scaling is not None:
+            self.scaling.validate(theta, rotary_dim)
+        inv_freq, _ = self._inner_float64(theta, rotary_dim)
+        if np.any(inv_freq >= 4 * math.pi):
+            raise ValueError(
+                f"ResonanceScaling rounds each wavelength 2 pi / inv_freq to an "
+                f"integer, but the largest frequency {inv_freq.max()} has a "
+                f"wavelength of at most 1/2, which rounds to 0; give a family whose "
+                f"frequencies are below 4 pi (theta={theta}, rotary_dim={rotary_dim})."
+            )
+
+    def _inner_float64(self, theta: float, rotary_dim: int) -> tuple[np.ndarray, float]:
+        if self.scaling is None:
+            return default_inv_freq(theta, rotary_dim), 1.0
+        return self.scaling.frequencies_float64(theta, rotary_dim)
+
+    def frequencies_float64(
+        self, theta: float, rotary_dim: int, seq_len: int | None = None
+    ) -> tuple[np.ndarray, float]:
+        """``2 pi / round(2 pi / inv_freq)`` of the inner frequencies, in float64 on the host."""
+        del seq_len
+        inv_freq, attention_scaling = self._inner_float64(theta, rotary_dim)
+        rotating = inv_freq > 0
+        rounded = np.zeros_like(inv_freq)
+        rounded[rotating] = 2 * math.pi / np.round(2 * math.pi / inv_freq[rotating])
+        return rounded, attention_scaling
+
+
 RopeScaling = (
     LinearScaling
     | NTKScaling
@@ -609,5 +689,6 @@ RopeScaling = (
     | LongRopeScaling
     | Llama3Scaling
     | ProportionalScaling
+    | ResonanceScaling
 )
 """Any of the scaling families."""

@@ -5,6 +5,7 @@ Nothing here imports the code under test except the config dataclasses, whose fi
 are read as plain numbers.
 """
 
+import dataclasses
 import math
 
 import jax.numpy as jnp
@@ -25,6 +26,8 @@ FAMILIES = (
     "longrope",
     "llama3",
     "proportional",
+    "resonance",
+    "resonance_yarn",
 )
 SEQ_LEN_FAMILIES = ("dynamic_ntk", "longrope")
 # What a test over every family runs by default: one of each kind (none, an attention
@@ -77,6 +80,10 @@ def make_scaling(family, rotary_dim, original=ORIGINAL):
         ),
         "proportional": lambda: fp.ProportionalScaling(
             partial_rotary_factor=0.5, factor=2.0
+        ),
+        "resonance": lambda: fp.ResonanceScaling(),
+        "resonance_yarn": lambda: fp.ResonanceScaling(
+            fp.YarnScaling(factor=8.0, original_max_position_embeddings=original)
         ),
     }[family]()
 
@@ -156,6 +163,17 @@ def llama3(theta, rotary_dim, s):
     return out, 1.0
 
 
+def resonance(inv_freq):
+    """Resonance RoPE (Wang et al. 2024, Algorithm 1): for each pair, the wavelength
+    ``lambda_i = 2 pi / theta_i`` is rounded to the nearest integer and
+    ``theta_i' = 2 pi / round(lambda_i)``; a pair that never turns stays at 0."""
+    out = np.zeros_like(inv_freq)
+    for i, f in enumerate(inv_freq):
+        if f > 0:
+            out[i] = 2 * math.pi / round(2 * math.pi / f)
+    return out
+
+
 def frequencies(config, seq_len=None):
     """float64 ``(inv_freq [R/2], attention_scaling)`` of ``config`` at ``seq_len``."""
     s, rotary_dim, theta = config.scaling, config.rotated_features, config.theta
@@ -192,6 +210,9 @@ def frequencies(config, seq_len=None):
         out = base / s.factor
         out[rotating:] = 0.0
         return out, 1.0
+    if isinstance(s, fp.ResonanceScaling):
+        inner, attention = frequencies(dataclasses.replace(config, scaling=s.scaling))
+        return resonance(inner), attention
     raise TypeError(s)
 
 

@@ -251,13 +251,24 @@ def test_extend_context_errors(case):
         fp.extend_context(config, target_len, **args)
 
 
+# Resonance records none of its own, even around YaRN: seq_len=None raises.
+NO_ORIGINAL_LENGTH = (
+    "plain",
+    "linear",
+    "ntk",
+    "proportional",
+    "resonance",
+    "resonance_yarn",
+)
+
+
 @pytest.mark.parametrize("family", ref.FAMILIES)
 @pytest.mark.parametrize("seq_len", [None, 7000])
 def test_wavelengths_match_float64_formula(family, seq_len):
     """2 pi / inv_freq of the family (at seq_len for dynamic NTK and LongRoPE) and
     length / wavelength turns; length = the original length by default."""
     config = ref.make_config(family, rotary_dim=16)
-    if seq_len is None and family in ("plain", "linear", "ntk", "proportional"):
+    if seq_len is None and family in NO_ORIGINAL_LENGTH:
         seq_len = 300  # no original length to default to
     got = fp.rope_wavelengths(config, seq_len=seq_len)
     inv_freq, _ = ref.frequencies(config, seq_len=seq_len)

@@ -11,9 +11,11 @@ it; recomputing the whole sequence with those per-token lengths
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 from test_port_hf import load_decode_cases, port_hf
 
 import flax_posenc as fp
@@ -41,7 +43,10 @@ def _step_logits(name: str, policy: str) -> tuple[np.ndarray, np.ndarray]:
         seq_len = jnp.broadcast_to(seq_len, positions.shape)
     else:  # one fixed length for every token
         seq_len = len(tokens)
-    logits = model(jnp.asarray(tokens)[None], positions[None], seq_len=seq_len)[0]
+    # One compiled forward (eagerly, every op of every layer compiled on its own).
+    logits = nnx.jit(lambda m, t, p, s: m(t, p, seq_len=s))(
+        model, jnp.asarray(tokens)[None], positions[None], seq_len
+    )[0]
     return np.asarray(logits)[prompt - 1 :], case.logits
 
 
@@ -129,8 +134,9 @@ def test_k_seq_len_rotates_keys_with_their_own_lengths():
         seq_len=seq_len,
         k_seq_len=k_seq_len,
     )
+    rotate_alone = jax.jit(lambda k, p, s: fp.apply_rope(k, p, config, seq_len=s))
     for j in range(12):
-        alone = fp.apply_rope(
-            k[:, j : j + 1], k_positions[j : j + 1], config, seq_len=max(j + 1, 6)
+        alone = rotate_alone(
+            k[:, j : j + 1], k_positions[j : j + 1], jnp.int32(max(j + 1, 6))
         )
         np.testing.assert_allclose(k_rot[:, j : j + 1], alone, rtol=1e-6, atol=1e-6)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
+from jax_compat import jaxprs_in_params
 from test_blockwise import (
     alibi_reference,
     dense_jax,
@@ -29,11 +30,6 @@ from test_blockwise import (
 from test_sharding import hlo_collectives
 
 import flax_posenc as fp
-
-try:
-    from jax.extend.core import jaxprs_in_params
-except ImportError:  # jax < 0.8
-    from jax.core import jaxprs_in_params
 
 DEVICES = 8
 TABLE = np.random.default_rng(3).standard_normal((32, 6)).astype(np.float32)

@@ -1,6 +1,7 @@
 """RoPE and its scaling families against float64 transcriptions of the papers
 (``rope_reference``), under ``jax.jit``, in float32, bfloat16 and float16."""
 
+import dataclasses
 import functools
 
 import chex
@@ -57,7 +58,13 @@ def test_apply_rope_matches_float64_formula(family, rotary_dim, layout):
     )
     # seq_len=None: dynamic NTK and LongRoPE see max(positions) + 1 = 4096 > 2048.
     inv_freq, attention = ref.frequencies(config, seq_len=4096)
-    if family not in ("yarn", "yarn_mscale", "yarn_untruncated", "longrope"):
+    if family not in (
+        "yarn",
+        "yarn_mscale",
+        "yarn_untruncated",
+        "longrope",
+        "resonance_yarn",
+    ):
         assert attention == 1.0  # so every pair keeps its norm
     a_idx, b_idx = ref.pair_indices(rotary_dim, layout)
     for x, got in zip(xs, outs, strict=True):
@@ -410,6 +417,34 @@ def long_rope(short, long):
             "`ProportionalScaling.partial_rotary_factor`",
         ),
         (
+            lambda: fp.ResonanceScaling(fp.DynamicNTKScaling(2.0, 16)),
+            TypeError,
+            r"`ResonanceScaling.scaling` must be a static family .* got "
+            r"DynamicNTKScaling\(.*no fixed wavelengths",
+        ),
+        (
+            lambda: fp.ResonanceScaling(fp.RopeConfig(head_dim=8)),
+            TypeError,
+            r"`ResonanceScaling.scaling` must be a static family .* got RopeConfig",
+        ),
+        (  # 1 / 0.05 = 20 >= 4 pi: a wavelength of 0.31 rounds to 0
+            lambda: fp.RopeConfig(
+                head_dim=8, scaling=fp.ResonanceScaling(fp.LinearScaling(0.05))
+            ),
+            ValueError,
+            r"largest frequency 20.0 has a wavelength of at most 1/2, which rounds "
+            r"to 0; give a family whose frequencies are below 4 pi",
+        ),
+        (  # the inner family's own check still runs
+            lambda: fp.RopeConfig(
+                head_dim=8,
+                rotary_dim=2,
+                scaling=fp.ResonanceScaling(fp.NTKScaling(2.0)),
+            ),
+            ValueError,
+            r"NTKScaling needs rotary_dim > 2",
+        ),
+        (
             lambda: fp.apply_rope(jnp.zeros((2, 5, 3, 6)), jnp.arange(5), CONFIG),
             ValueError,
             r"H = config.head_dim \(8\), got shape \(2, 5, 3, 6\)",
@@ -504,3 +539,23 @@ def test_permute_layout_rejects_a_bad_axis():
         fp.rope_permute_layout(
             jnp.zeros((4, 8)), rotary_dim=8, source="half", target="interleaved", axis=2
         )
+
+
+def test_resonance_rounds_each_wavelength_to_the_nearest_integer():
+    """Resonance YaRN: integer wavelengths (the nearest to YaRN's), YaRN's attention
+    factor kept, and each pair back at its start one wavelength on. Kills rounding
+    the frequency instead of the wavelength, and dropping the inner factor."""
+    yarn = fp.YarnScaling(factor=8.0, original_max_position_embeddings=2048)
+    config = fp.RopeConfig(head_dim=64, scaling=fp.ResonanceScaling(yarn))
+    waves = fp.rope_wavelengths(config, seq_len=2048).wavelength
+    np.testing.assert_allclose(waves, np.round(waves), rtol=2.0**-23, atol=0)
+    inner = fp.rope_wavelengths(dataclasses.replace(config, scaling=yarn), seq_len=2048)
+    np.testing.assert_array_less(np.abs(waves - inner.wavelength), 0.5 + 1e-3)
+    assert np.ptp(waves - inner.wavelength) > 0.5  # rounded both ways
+    assert fp.rope_frequencies(config).attention_scaling == pytest.approx(
+        yarn.effective_attention_factor()
+    )
+    period = int(np.round(waves[1]))  # 2 pi / inv_freq[1] = 20 turns exactly
+    cos, sin = fp.rope_cos_sin(jnp.array([0, period]), config)
+    np.testing.assert_allclose(cos[1, 1], cos[0, 1], atol=1e-5)
+    np.testing.assert_allclose(sin[1, 1], sin[0, 1], atol=1e-5)
