@@ -11,6 +11,7 @@ import length_reference as ref
 import numpy as np
 import pytest
 from flax import nnx
+from helpers import normal
 
 import flax_posenc as fp
 from flax_posenc import linen as pl
@@ -20,10 +21,9 @@ L, N, H, P = 7, 2, 4, 5
 
 
 def inputs(seed=0, scale=1.0):
-    keys = jax.random.split(jax.random.key(seed), 3)
-    q = jax.random.normal(keys[0], (L, N, H)) * scale
-    k = jax.random.normal(keys[1], (L, N, H)) * scale
-    pos_emb = jax.random.normal(keys[2], (P, H))
+    q = normal((L, N, H), seed=3 * seed) * scale
+    k = normal((L, N, H), seed=3 * seed + 1) * scale
+    pos_emb = normal((P, H), seed=3 * seed + 2)
     return q, k, pos_emb
 
 
@@ -98,8 +98,8 @@ def test_shift_invariance_helper_fails_on_cope():
     scores change when the window moves over different content."""
     from flax_posenc import testing
 
-    tokens = jax.random.normal(jax.random.key(5), (64, 1, H))
-    pos_emb = jax.random.normal(jax.random.key(6), (P, H))
+    tokens = normal((64, 1, H), seed=5)
+    pos_emb = normal((P, H), seed=6)
 
     def rotate(x, positions):
         # content at each position is tokens[position]; q' . k' = q . k + CoPE bias

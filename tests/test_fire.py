@@ -11,6 +11,7 @@ import length_reference as ref
 import numpy as np
 import pytest
 from flax import nnx
+from helpers import normal
 
 import flax_posenc as fp
 from flax_posenc import linen as pl
@@ -21,14 +22,13 @@ W, N = 8, 3
 
 
 def params(c=0.3, multiplier=1.0, seed=0):
-    keys = jax.random.split(jax.random.key(seed), 4)
     return fp.FireParams(
         c=jnp.array(c),
         threshold_multiplier=jnp.array(multiplier),
-        hidden_kernel=jax.random.normal(keys[0], (W,)),
-        hidden_bias=jax.random.normal(keys[1], (W,)) * 0.1,
-        output_kernel=jax.random.normal(keys[2], (W, N)),
-        output_bias=jax.random.normal(keys[3], (N,)),
+        hidden_kernel=normal((W,), seed=4 * seed),
+        hidden_bias=normal((W,), seed=4 * seed + 1) * 0.1,
+        output_kernel=normal((W, N), seed=4 * seed + 2),
+        output_bias=normal((N,), seed=4 * seed + 3),
     )
 
 
@@ -107,7 +107,7 @@ def test_gradients_finite_at_distance_zero():
 
 @pytest.mark.slow
 def test_blockwise_equals_dense_and_no_retrace():
-    q = jax.random.normal(jax.random.key(0), (1, 32, N, 8))
+    q = normal((1, 32, N, 8))
     positions = jnp.arange(32)
     bias = fp.FireBias(params(), init_threshold=8.0)
     chex.clear_trace_counter()

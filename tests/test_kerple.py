@@ -8,6 +8,7 @@ import length_reference as ref
 import numpy as np
 import pytest
 from flax import nnx
+from helpers import normal
 
 import flax_posenc as fp
 from flax_posenc import linen as pl
@@ -76,9 +77,9 @@ def test_gradients_finite_at_distance_zero(kernel):
     "kernel", ["log", pytest.param("power", marks=pytest.mark.slow)]
 )
 def test_blockwise_equals_dense(kernel):
-    q = jax.random.normal(jax.random.key(0), (2, 40, 4, 8))
-    k = jax.random.normal(jax.random.key(1), (2, 40, 2, 8))
-    v = jax.random.normal(jax.random.key(2), (2, 40, 2, 8))
+    q = normal((2, 40, 4, 8), seed=0)
+    k = normal((2, 40, 2, 8), seed=1)
+    v = normal((2, 40, 2, 8), seed=2)
     positions = jnp.arange(40) + 7
     bias = fp.KerpleBias(R1, R2, kernel)
     got = jax.jit(
@@ -95,7 +96,7 @@ def test_blockwise_equals_dense(kernel):
 @pytest.mark.slow
 def test_blockwise_gradients_reach_the_parameters():
     """The parameters are KerpleBias's pytree leaves: gradients reach them."""
-    q = jax.random.normal(jax.random.key(0), (1, 24, 4, 8))
+    q = normal((1, 24, 4, 8))
     k, v = q[:, :, :2], q[:, :, 2:]
     positions = jnp.arange(24)
     bias = fp.KerpleBias(R1, R2)

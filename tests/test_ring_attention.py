@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from helpers import normal
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 from jax_compat import jaxprs_in_params
@@ -562,7 +563,7 @@ def test_ring_attention_fn_in_nnx_equals_blockwise_attention_fn():
     attention = nnx.MultiHeadAttention(
         num_heads=2, in_features=16, decode=False, rngs=nnx.Rngs(0)
     )
-    x = jax.random.normal(jax.random.key(1), (2, 32, 16))
+    x = normal((2, 32, 16), seed=1)
     positions = jnp.arange(32) + 3
     options = {"q_positions": positions, "rope": DYNAMIC, "causal": True}
     options |= {"block_q": 4, "block_k": 4}

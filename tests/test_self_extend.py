@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import length_reference as ref
 import numpy as np
 import pytest
+from helpers import normal
 
 import flax_posenc as fp
 
@@ -15,10 +16,9 @@ ROPE = fp.RopeConfig(head_dim=8)
 
 
 def qkv(length, heads=2, kv_heads=2, seed=0, dtype=jnp.float32):
-    keys = jax.random.split(jax.random.key(seed), 3)
-    q = jax.random.normal(keys[0], (length, heads, 8), dtype)
-    k = jax.random.normal(keys[1], (length, kv_heads, 8), dtype)
-    v = jax.random.normal(keys[2], (length, kv_heads, 8), dtype)
+    q = normal((length, heads, 8), dtype, seed=3 * seed)
+    k = normal((length, kv_heads, 8), dtype, seed=3 * seed + 1)
+    v = normal((length, kv_heads, 8), dtype, seed=3 * seed + 2)
     return q, k, v
 
 
