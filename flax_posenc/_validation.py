@@ -266,7 +266,14 @@ def check_seq_len(
     if seq_len is None:
         return None
     if isinstance(seq_len, (int, np.integer)) and not isinstance(seq_len, bool):
-        return check_positive_int("seq_len", seq_len)
+        seq_len = check_positive_int("seq_len", seq_len)
+        target = jnp.dtype(jax.dtypes.canonicalize_dtype(jnp.int64))
+        if seq_len > np.iinfo(target).max:  # it enters the graph as a `target` scalar
+            raise ValueError(
+                f"`seq_len` must fit in {target} (at most {np.iinfo(target).max}), "
+                f"got {seq_len}. Hint: lengths past 2**31 need jax_enable_x64."
+            )
+        return seq_len
     dtype = getattr(seq_len, "dtype", None)
     if dtype is None and not isinstance(seq_len, (str, bytes, bool)):
         dtype = np.asarray(seq_len).dtype  # a list of per-token lengths

@@ -428,6 +428,16 @@ BAD_VALUES = [
         ValueError,
         "`seq_len`",
     ),
+    (  # a Python int past int32 (x64 off) was an OverflowError from jit
+        lambda: fp.apply_rope(X1, ONE, DYNAMIC, seq_len=2**33 + 5),
+        ValueError,
+        r"`seq_len` must fit in int32 \(at most 2147483647\), got 8589934597",
+    ),
+    (
+        lambda: fp.rope_cos_sin(jnp.arange(3), LONGROPE, seq_len=np.int64(2**31)),
+        ValueError,
+        r"`seq_len` must fit in int32 .* need jax_enable_x64",
+    ),
     (
         lambda: fp.rope_cos_sin(jnp.arange(3), DYNAMIC, seq_len=jnp.ones(4, int)),
         ValueError,
