@@ -77,7 +77,12 @@ def _exact(config: fp.RopeConfig) -> fp.RopeConfig:
     return dataclasses.replace(config, angle_precision="exact")
 
 
-CASES = [(family, None) for family in ref.FAMILIES] + [
+CASES = [
+    (family, None)
+    if family in ref.SAMPLED_FAMILIES
+    else pytest.param(family, None, marks=pytest.mark.slow)
+    for family in ref.FAMILIES
+] + [
     ("dynamic_ntk", 10**6),
     ("longrope", ref.ORIGINAL),  # the short regime
     ("longrope", 4 * ref.ORIGINAL),

@@ -235,7 +235,7 @@ def test_a_rope_with_mismatched_layout_is_not_shift_invariant(duplicate):
             check()
 
 
-@pytest.mark.parametrize("family", ref.FAMILIES)
+@pytest.mark.parametrize("family", ref.FAMILY_PARAMS)
 def test_tolerance_is_sized_by_the_shifted_positions(family):
     """A correct RoPE passes at offset 10**5 from small positions (a tolerance sized
     by the unshifted positions, ~1e-4, would fail it: float32 angles at 1e5 are off
