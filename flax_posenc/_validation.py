@@ -136,6 +136,11 @@ def check_choice(name: str, value: Any, choices: Collection[_T]) -> _T:
     return value
 
 
+def _graph_int() -> np.dtype:
+    """The integer type concrete values enter a graph as: int32, int64 with x64."""
+    return jnp.dtype(jax.dtypes.canonicalize_dtype(jnp.int64))
+
+
 def check_integer_array(name: str, value: Any) -> jax.Array:
     """Returns ``value`` as a JAX integer array of at least 32 bits, or raises.
 
@@ -159,7 +164,7 @@ def check_integer_array(name: str, value: Any) -> jax.Array:
         )
     if not is_traced(value) and not isinstance(value, jax.Array):
         value = np.asarray(value)
-        target = jnp.dtype(jax.dtypes.canonicalize_dtype(jnp.int64))
+        target = _graph_int()
         bounds = np.iinfo(target)
         if value.size and (value.min() < bounds.min or value.max() > bounds.max):
             raise ValueError(
@@ -267,7 +272,7 @@ def check_seq_len(
         return None
     if isinstance(seq_len, (int, np.integer)) and not isinstance(seq_len, bool):
         seq_len = check_positive_int("seq_len", seq_len)
-        target = jnp.dtype(jax.dtypes.canonicalize_dtype(jnp.int64))
+        target = _graph_int()
         if seq_len > np.iinfo(target).max:  # it enters the graph as a `target` scalar
             raise ValueError(
                 f"`seq_len` must fit in {target} (at most {np.iinfo(target).max}), "

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from typing import ClassVar, NamedTuple, Protocol
 
 import jax
@@ -603,13 +604,10 @@ class ProportionalScaling(_StaticFrequencies, _FitsAnyRotary):
         return inv_freq / self.factor, 1.0
 
 
-_STATIC_FAMILIES = (
-    LinearScaling,
-    NTKScaling,
-    YarnScaling,
-    Llama3Scaling,
-    ProportionalScaling,
+_StaticScaling = (
+    LinearScaling | NTKScaling | YarnScaling | Llama3Scaling | ProportionalScaling
 )
+"""The families with fixed frequencies, which :class:`ResonanceScaling` rounds."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -632,20 +630,15 @@ class ResonanceScaling(_StaticFrequencies):
         ``ProportionalScaling``), or None for plain RoPE.
     """
 
-    scaling: (
-        LinearScaling
-        | NTKScaling
-        | YarnScaling
-        | Llama3Scaling
-        | ProportionalScaling
-        | None
-    ) = None
+    scaling: _StaticScaling | None = None
 
     def __post_init__(self):
-        if self.scaling is not None and not isinstance(self.scaling, _STATIC_FAMILIES):
+        if self.scaling is not None and not isinstance(self.scaling, _StaticScaling):
             raise TypeError(
                 "`ResonanceScaling.scaling` must be a static family ("
-                + ", ".join(family.__name__ for family in _STATIC_FAMILIES)
+                + ", ".join(
+                    family.__name__ for family in typing.get_args(_StaticScaling)
+                )
                 + f") or None, got {self.scaling!r}. Frequencies that follow "
                 "seq_len (dynamic NTK, LongRoPE) have no fixed wavelengths to round."
             )

@@ -555,7 +555,7 @@ def test_resonance_rounds_each_wavelength_to_the_nearest_integer():
     assert fp.rope_frequencies(config).attention_scaling == pytest.approx(
         yarn.effective_attention_factor()
     )
-    period = int(np.round(waves[1]))  # 2 pi / inv_freq[1] = 20 turns exactly
+    period = int(np.round(waves[1]))  # one whole turn of pair 1 (8 positions)
     cos, sin = fp.rope_cos_sin(jnp.array([0, period]), config)
     np.testing.assert_allclose(cos[1, 1], cos[0, 1], atol=1e-5)
     np.testing.assert_allclose(sin[1, 1], sin[0, 1], atol=1e-5)
