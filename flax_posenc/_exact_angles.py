@@ -86,8 +86,9 @@ def turn_words(inv_freq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return hi, lo
 
 
-def _int32(positions: jax.Array) -> jax.Array:
-    """Positions as int32; 64-bit ones (x64) must hold int32 values."""
+def int32_positions(positions: jax.Array) -> jax.Array:
+    """Positions as int32; concrete 64-bit ones (x64) must hold int32 values (checked
+    where the caller is not traced yet: inside ``jit`` they are cast)."""
     if positions.dtype.itemsize > 4:
         if not is_traced(positions) and positions.size:
             low, high = int(positions.min()), int(positions.max())
@@ -116,7 +117,7 @@ def exact_sin_cos(
     Returns:
       float32 ``positions.shape + (F,)`` each.
     """
-    p = _int32(positions)[..., None]
+    p = int32_positions(positions)[..., None]
     freq = np.asarray(inv_freq, np.float64)
     hi, lo = turn_words(freq)
     offset = np.full(freq.shape, _EIGHTH, np.uint32)

@@ -17,7 +17,7 @@ import numpy as np
 
 from flax_posenc import _cpu
 from flax_posenc._angles import default_inv_freq, position_angles
-from flax_posenc._exact_angles import exact_sin_cos
+from flax_posenc._exact_angles import exact_sin_cos, int32_positions
 from flax_posenc._sincos import sin_cos
 
 
@@ -36,13 +36,13 @@ def _seq_len_of(positions: jax.Array, config: Any, seq_len: Any) -> Any:
     return seq_len
 
 
-def _frequencies_float64(config: Any, seq_len: Any) -> tuple[np.ndarray, float]:
-    """The float64 host frequencies exact angles start from; a ``seq_len``-dependent
-    family needs ``seq_len`` as an int (its frequencies are not known on the host
-    otherwise)."""
-    if config.scaling is None:
-        return default_inv_freq(config.theta, config.rotated_features), 1.0
-    if config.depends_on_seq_len and not isinstance(seq_len, int):
+def _host_seq_len(config: Any, seq_len: Any) -> int | None:
+    """The ``seq_len`` exact angles' host frequencies depend on: a Python int for a
+    ``seq_len``-dependent family (its frequencies are not known on the host
+    otherwise), None for the others (they ignore it)."""
+    if not config.depends_on_seq_len:
+        return None
+    if not isinstance(seq_len, int):
         given = "None" if seq_len is None else f"an array of shape {seq_len.shape}"
         raise ValueError(
             f"`seq_len` must be a Python int for {type(config.scaling).__name__} with "
@@ -51,8 +51,15 @@ def _frequencies_float64(config: Any, seq_len: Any) -> tuple[np.ndarray, float]:
             f"{given}; None means max(positions) + 1, computed in the graph. Hint: "
             "pass seq_len=<the sequence length>, or use angle_precision='float32'."
         )
+    return seq_len
+
+
+def _frequencies_float64(config: Any, seq_len: Any) -> tuple[np.ndarray, float]:
+    """The float64 host frequencies exact angles start from."""
+    if config.scaling is None:
+        return default_inv_freq(config.theta, config.rotated_features), 1.0
     return config.scaling.frequencies_float64(
-        config.theta, config.rotated_features, seq_len
+        config.theta, config.rotated_features, _host_seq_len(config, seq_len)
     )
 
 
@@ -86,12 +93,14 @@ def tables(
     """``cos(p * inv_freq) * a`` and ``sin(p * inv_freq) * a`` (see
     :func:`flax_posenc.rope_cos_sin`).
 
-    float32 angles compile as one program (eagerly too: op by op they were some 30
-    programs per new shape); exact angles start from host float64 frequencies at a
-    Python-int ``seq_len``, so they are traced where they are called.
+    One compiled program (eagerly too: op by op they were some 30 programs per new
+    shape). Exact angles start from host float64 frequencies at a Python-int
+    ``seq_len``, a static argument where the family depends on it.
     """
     if config.angle_precision == "exact":
-        return _scaled_tables(positions, config, seq_len)
+        return _compiled_exact_tables(
+            int32_positions(positions), config, _host_seq_len(config, seq_len)
+        )
     return _compiled_tables(positions, config, seq_len)
 
 
@@ -103,6 +112,7 @@ def _scaled_tables(
 
 
 _compiled_tables = jax.jit(_scaled_tables, static_argnames="config")
+_compiled_exact_tables = jax.jit(_scaled_tables, static_argnames=("config", "seq_len"))
 
 
 def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array, layout: str) -> jax.Array:

@@ -17,6 +17,8 @@ differ from it by a per-row constant, which softmax ignores.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -98,8 +100,14 @@ def alibi_bias(
 
     Reference: Press et al., ICLR 2022.
     """
-    slopes = _slopes(check_positive_int("num_heads", num_heads))
-    distance = jnp.abs(offsets(*check_position_pairs(q_positions, k_positions)))
+    num_heads = check_positive_int("num_heads", num_heads)
+    return _alibi(*check_position_pairs(q_positions, k_positions), num_heads)
+
+
+@functools.partial(jax.jit, static_argnames="num_heads")
+def _alibi(q_positions: jax.Array, k_positions: jax.Array, num_heads: int) -> jax.Array:
+    """:func:`alibi_bias` of checked arguments."""
+    distance = jnp.abs(offsets(q_positions, k_positions))
     distance = distance.astype(jnp.float32)[..., None, :, :]
-    slopes = jnp.asarray(slopes).reshape((1,) * (distance.ndim - 3) + (-1, 1, 1))
+    slopes = _slopes(num_heads).reshape((1,) * (distance.ndim - 3) + (-1, 1, 1))
     return -slopes * distance

@@ -27,6 +27,7 @@ gates, positions, interpolation, attention).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -117,16 +118,17 @@ def cope_bias(
         if scale is None
         else check_positive_float("scale", scale)
     )
-    allowed = (
-        offsets(*check_position_pairs(q_positions, k_positions)) <= 0
-    )  # [..., L, S]
-    allowed = allowed[..., None, :, :]
+    q_positions, k_positions = check_position_pairs(q_positions, k_positions)
+    mask = None if mask is None else jnp.asarray(mask)
+    return _cope(q, k, pos_emb, q_positions, k_positions, mask, scale)
+
+
+@functools.partial(jax.jit, static_argnames="scale")
+def _cope(q, k, pos_emb, q_positions, k_positions, mask, scale):
+    """:func:`cope_bias` of checked arguments."""
+    allowed = (offsets(q_positions, k_positions) <= 0)[..., None, :, :]
     if mask is not None:
-        allowed = allowed & (jnp.asarray(mask) != 0)
-    return _cope(q, k, pos_emb, allowed, scale)
-
-
-def _cope(q, k, pos_emb, allowed, scale):
+        allowed = allowed & (mask != 0)
     groups = q.shape[-2] // k.shape[-2]
     q32 = q.astype(jnp.float32)
     k32 = jnp.repeat(k.astype(jnp.float32), groups, axis=-2)

@@ -30,6 +30,7 @@ interpolation that follows it).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, NamedTuple
 
 import jax
@@ -38,7 +39,6 @@ import jax.numpy as jnp
 from flax_posenc._offsets import offsets
 from flax_posenc._validation import (
     check_float_array,
-    check_integer_array,
     check_position_pairs,
     check_positive_float,
 )
@@ -154,21 +154,21 @@ def fire_bias(
     _check_params(params)
     init_threshold = check_positive_float("init_threshold", init_threshold)
     eps = check_positive_float("eps", eps)
-    distance = offsets(*check_position_pairs(q_positions, k_positions))
-    q = check_integer_array("q_positions", q_positions)
-    q = jnp.broadcast_to(q, distance.shape[:-1])
-    return _fire(distance, q, params, init_threshold, eps)
+    q_positions, k_positions = check_position_pairs(q_positions, k_positions)
+    return _fire(q_positions, k_positions, params, init_threshold, eps)
 
 
+@functools.partial(jax.jit, static_argnames=("init_threshold", "eps"))
 def _fire(
-    distance: jax.Array,
     q_positions: jax.Array,
+    k_positions: jax.Array,
     params: FireParams,
     init_threshold: float,
     eps: float,
 ) -> jax.Array:
-    """``distance`` int ``[..., L, S]`` and ``q_positions`` ``[..., L]`` -> float32
-    ``[..., N, L, S]``."""
+    """:func:`fire_bias` of checked arguments: float32 ``[..., N, L, S]``."""
+    distance = offsets(q_positions, k_positions)  # [..., L, S]
+    q_positions = jnp.broadcast_to(q_positions, distance.shape[:-1])
     f32 = _as_float32(params)
     heads_shape = (1,) * (distance.ndim - 2) + (-1, 1, 1)
     c = jnp.abs(f32.c).reshape(heads_shape)  # [.., 1 or N, 1, 1]
@@ -242,9 +242,10 @@ class FireBias:
 
     def __call__(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
         """float32 ``[..., N, L, S]``, see :func:`flax_posenc.fire_bias`."""
-        distance = offsets(*check_position_pairs(q_positions, k_positions))
-        q = jnp.broadcast_to(jnp.asarray(q_positions), distance.shape[:-1])
-        return _fire(distance, q, self.params, self.init_threshold, self.eps)
+        q_positions, k_positions = check_position_pairs(q_positions, k_positions)
+        return _fire(
+            q_positions, k_positions, self.params, self.init_threshold, self.eps
+        )
 
 
 def _flatten(bias: FireBias) -> tuple[tuple[FireParams], tuple[float, float]]:

@@ -25,6 +25,7 @@ logarithmic variants).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Literal
 
 import jax
@@ -152,18 +153,24 @@ def kerple_bias(
     """
     check_choice("kernel", kernel, _KERNELS)
     _check_parameters(r1_unconstrained, r2_unconstrained)
-    distance = jnp.abs(offsets(*check_position_pairs(q_positions, k_positions)))
-    return _kerple(distance, r1_unconstrained, r2_unconstrained, kernel)
+    q_positions, k_positions = check_position_pairs(q_positions, k_positions)
+    return _kerple(q_positions, k_positions, r1_unconstrained, r2_unconstrained, kernel)
 
 
+@functools.partial(jax.jit, static_argnames="kernel")
 def _kerple(
-    distance: jax.Array, r1: jax.Array, r2: jax.Array, kernel: str
+    q_positions: jax.Array,
+    k_positions: jax.Array,
+    r1: jax.Array,
+    r2: jax.Array,
+    kernel: str,
 ) -> jax.Array:
-    """``distance`` int ``[..., L, S]`` -> float32 ``[..., N, L, S]``."""
+    """:func:`kerple_bias` of checked arguments: float32 ``[..., N, L, S]``."""
+    distance = offsets(q_positions, k_positions)
     r1, r2 = _constrained(r1, r2, kernel)
     shape = (1,) * (distance.ndim - 2) + (-1, 1, 1)
     r1, r2 = r1.reshape(shape), r2.reshape(shape)
-    d = distance.astype(jnp.float32)[..., None, :, :]
+    d = jnp.abs(distance).astype(jnp.float32)[..., None, :, :]
     if kernel == "log":
         return -r1 * jnp.log1p(r2 * d)
     positive = d > 0
@@ -212,9 +219,13 @@ class KerpleBias:
 
     def __call__(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
         """float32 ``[..., N, L, S]``, see :func:`flax_posenc.kerple_bias`."""
-        distance = jnp.abs(offsets(*check_position_pairs(q_positions, k_positions)))
+        q_positions, k_positions = check_position_pairs(q_positions, k_positions)
         return _kerple(
-            distance, self.r1_unconstrained, self.r2_unconstrained, self.kernel
+            q_positions,
+            k_positions,
+            self.r1_unconstrained,
+            self.r2_unconstrained,
+            self.kernel,
         )
 
 

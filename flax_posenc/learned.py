@@ -17,6 +17,7 @@ it is never clamped silently. The policy, by ``out_of_range``:
 
 from __future__ import annotations
 
+import functools
 from typing import Literal
 
 import jax
@@ -107,8 +108,16 @@ def learned_embedding_lookup(
                 low=jnp.min(positions),
                 high=jnp.max(positions),
             )
+    return _lookup(jnp.asarray(table), positions, clip=out_of_range == "clip")
+
+
+@functools.partial(jax.jit, static_argnames="clip")
+def _lookup(table: jax.Array, positions: jax.Array, clip: bool) -> jax.Array:
+    """Rows ``table[positions]``: clamped into range if ``clip``, else NaN rows where
+    a position is out of range."""
+    max_len = table.shape[0]
     rows = take_rows(table, jnp.clip(positions, 0, max_len - 1))
-    if out_of_range == "clip":
+    if clip:
         return rows
     # Gathers wrap negative indices or clamp; mask out-of-range rows explicitly.
     in_range = (positions >= 0) & (positions < max_len)

@@ -24,6 +24,7 @@ per direction with ``max_distance = 32``); the common T5 sizes are unaffected.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -113,6 +114,9 @@ def relative_position_bucket(
     return _buckets(relative_position, buckets, max_distance, bidirectional)
 
 
+@functools.partial(
+    jax.jit, static_argnames=("buckets", "max_distance", "bidirectional")
+)
 def _buckets(
     relative_position: jax.Array, buckets: int, max_distance: int, bidirectional: bool
 ) -> jax.Array:
@@ -188,12 +192,30 @@ def relative_position_bias(
         )
     if not jnp.issubdtype(table.dtype, jnp.floating):
         raise TypeError(f"`table` must be floating point, got dtype {table.dtype}.")
-    table = jnp.asarray(table)  # a numpy table too
-    buckets = _buckets(
-        offsets(*check_position_pairs(q_positions, k_positions)),
+    return _bias(
+        jnp.asarray(table),  # a numpy table too
+        *check_position_pairs(q_positions, k_positions),
         check_bucket_sizes(table.shape[0], max_distance, bidirectional),
         max_distance,
         bidirectional,
     )
-    bias = take_rows(table, buckets)  # 0 <= buckets < num_buckets
+
+
+@functools.partial(
+    jax.jit, static_argnames=("buckets", "max_distance", "bidirectional")
+)
+def _bias(
+    table: jax.Array,
+    q_positions: jax.Array,
+    k_positions: jax.Array,
+    buckets: int,
+    max_distance: int,
+    bidirectional: bool,
+) -> jax.Array:
+    """:func:`relative_position_bias` of checked arguments (``buckets`` per
+    direction)."""
+    indices = _buckets(
+        offsets(q_positions, k_positions), buckets, max_distance, bidirectional
+    )
+    bias = take_rows(table, indices)  # 0 <= indices < num_buckets
     return jnp.moveaxis(bias, -1, -3)

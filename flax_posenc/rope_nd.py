@@ -34,6 +34,7 @@ image token offsets) is the caller's job, with
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Any, Literal, get_args
 
@@ -314,7 +315,16 @@ def _mrope_tables(
 ) -> RopeTables:
     """:func:`mrope_cos_sin` of checked arguments."""
     cos, sin = _rope.tables(positions, config, seq_len)
-    rows = _mrope_rows(sections, layout, config.rotated_features // 2)
+    return _select_rows(cos, sin, sections, layout)
+
+
+@functools.partial(jax.jit, static_argnames=("sections", "layout"))
+def _select_rows(
+    cos: jax.Array, sin: jax.Array, sections: tuple[int, ...], layout: MropeLayout
+) -> RopeTables:
+    """Each pair's ``[..., R/2]`` table from its row of ``[A, ..., R/2]`` ``cos`` and
+    ``sin``."""
+    rows = _mrope_rows(sections, layout, cos.shape[-1])
 
     def select(table: jax.Array) -> jax.Array:
         # Exact: each pair is copied from its row, no arithmetic across rows.
@@ -388,6 +398,7 @@ def apply_mrope(
     return _rope.rotate(x, cos, sin, config.layout)
 
 
+@jax.jit
 def _rotate_half_per_feature(x: jax.Array, cos: jax.Array, sin: jax.Array):
     """``x * cos + rotate_half(x) * sin`` with full-width ``[..., L, R]`` tables on
     the first ``R`` features, in float32, rounded once to ``x.dtype``."""

@@ -88,3 +88,13 @@ def test_bad_input_is_rejected(table, positions, error, match):
 def test_unknown_policy_is_rejected():
     with pytest.raises(ValueError, match="`out_of_range` must be one of"):
         fp.learned_embedding_lookup(TABLE, jnp.array([0]), out_of_range="wrap")
+
+
+@pytest.mark.parametrize("out_of_range", ["nan", "clip"])
+def test_numpy_table_and_positions(out_of_range):
+    # A checkpoint read with safetensors' numpy loader gives numpy tables.
+    positions = np.array([0, 9, 4])
+    got = fp.learned_embedding_lookup(
+        np.asarray(TABLE), positions, out_of_range=out_of_range
+    )
+    np.testing.assert_array_equal(got, np.asarray(TABLE)[positions])
