@@ -109,5 +109,6 @@ def _alibi(q_positions: jax.Array, k_positions: jax.Array, num_heads: int) -> ja
     """:func:`alibi_bias` of checked arguments."""
     distance = jnp.abs(offsets(q_positions, k_positions))
     distance = distance.astype(jnp.float32)[..., None, :, :]
-    slopes = _slopes(num_heads).reshape((1,) * (distance.ndim - 3) + (-1, 1, 1))
+    slopes = jnp.asarray(_slopes(num_heads))
+    slopes = slopes.reshape((1,) * (distance.ndim - 3) + (-1, 1, 1))
     return -slopes * distance
