@@ -172,7 +172,9 @@ def check_integer_array(name: str, value: Any) -> jax.Array:
                 f"{bounds.max}]), got values in [{value.min()}, {value.max()}]. "
                 "Hint: positions past 2**31 need jax_enable_x64."
             )
-        value = value.astype(target)
+        # Widened on the host and placed as is: jnp.asarray of a numpy array
+        # compiles a copy program per new shape.
+        return jax.device_put(value.astype(target))
     value = jnp.asarray(value)
     if value.dtype.itemsize < 4 or value.dtype == jnp.uint32:
         if value.dtype == jnp.uint32 and not is_traced(value) and value.size:

@@ -3,8 +3,9 @@ for the tables, one for the rotation). Op by op, each of their operations compil
 on its own: 5 to 30 programs on a first call, and as many dispatches on every later
 one (3 to 7 times slower).
 
-The inputs are device arrays: ``jnp.asarray`` of a numpy array compiles a copy
-program of its own (JAX's ``stage``)."""
+Positions may be numpy (the edge widens them on the host and places them as they
+are); the tables and parameters here are device arrays: ``jnp.asarray`` of a numpy
+array compiles a copy program of its own (JAX's ``stage``)."""
 
 import jax
 import numpy as np
@@ -25,7 +26,7 @@ monitoring.register_event_duration_secs_listener(_listener)
 
 HEADS = 3
 F32 = np.float32
-Q, K = jax.device_put((np.arange(37), np.arange(41)))  # lengths no other test uses
+Q, K = np.arange(37), np.arange(41)  # lengths no other test module uses
 X = jax.device_put(np.ones((37, HEADS, 8), F32))
 POS_EMB = jax.device_put(np.ones((5, 8), F32))
 ONES = jax.device_put(np.ones(HEADS, F32))
