@@ -108,7 +108,7 @@ def learned_embedding_lookup(
                 low=jnp.min(positions),
                 high=jnp.max(positions),
             )
-    return _lookup(jnp.asarray(table), positions, clip=out_of_range == "clip")
+    return _lookup(table, positions, clip=out_of_range == "clip")
 
 
 @functools.partial(jax.jit, static_argnames="clip")

@@ -193,7 +193,7 @@ def relative_position_bias(
     if not jnp.issubdtype(table.dtype, jnp.floating):
         raise TypeError(f"`table` must be floating point, got dtype {table.dtype}.")
     return _bias(
-        jnp.asarray(table),  # a numpy table too
+        table,  # numpy too: jit places it
         *check_position_pairs(q_positions, k_positions),
         check_bucket_sizes(table.shape[0], max_distance, bidirectional),
         max_distance,
