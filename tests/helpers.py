@@ -15,13 +15,14 @@ import numpy as np
 def normal(shape, dtype=jnp.float32, seed=0) -> jax.Array:
     """Standard normal ``shape`` in ``dtype`` (drawn in float32, rounded once)."""
     values = np.random.default_rng(seed).standard_normal(shape, np.float32)
-    return jnp.asarray(values.astype(dtype))  # rounded on the host: no program
+    # Rounded on the host and placed as is: jnp.asarray compiles a copy per shape.
+    return jax.device_put(values.astype(dtype))
 
 
 def normals(count, shape, dtype=jnp.float32, seed=0) -> tuple[jax.Array, ...]:
     """``count`` independent :func:`normal` arrays of one shape."""
     values = np.random.default_rng(seed).standard_normal((count, *shape), np.float32)
-    return tuple(jnp.asarray(v.astype(dtype)) for v in values)
+    return tuple(jax.device_put(v.astype(dtype)) for v in values)
 
 
 def assert_close(got, want, ulps=4):

@@ -45,11 +45,17 @@ def assert_within_rotation_bound(
 
 
 # Partial rotary for every family (the sampled ones by default); full rotary for one
-# family of each kind (plain, attention factor, seq_len-dependent).
-CASES = [
-    (f, 8) if f in ref.SAMPLED_FAMILIES else pytest.param(f, 8, marks=pytest.mark.slow)
-    for f in ref.FAMILIES
-] + [(f, 16) for f in ("plain", "yarn", "longrope")]
+# family of each kind (plain; attention factor and seq_len-dependent with `slow`).
+CASES = (
+    [
+        (f, 8)
+        if f in ref.SAMPLED_FAMILIES
+        else pytest.param(f, 8, marks=pytest.mark.slow)
+        for f in ref.FAMILIES
+    ]
+    + [("plain", 16)]
+    + [pytest.param(f, 16, marks=pytest.mark.slow) for f in ("yarn", "longrope")]
+)
 
 
 @pytest.mark.parametrize("family,rotary_dim", CASES)

@@ -108,14 +108,14 @@ ENCODERS = {
 }
 # RoPE, plain and one per scaling family. The offsets below take dynamic NTK and
 # LongRoPE (original length 16) across their switch without a retrace. The families
-# rope_reference does not sample run with `slow`.
+# with static frequencies (plain's path with other numbers) run with `slow`.
 SLOW_ENCODERS = set()
 for _family in ref.FAMILIES:
     if _family in ("yarn_mscale", "yarn_untruncated"):
         continue
     _config = ref.make_config(_family, head_dim=H, original=16)
     ENCODERS[f"rope_{_family}"] = functools.partial(fp.apply_rope, config=_config)
-    if _family not in ref.SAMPLED_FAMILIES:
+    if _family not in ("plain", *ref.SEQ_LEN_FAMILIES):
         SLOW_ENCODERS.add(f"rope_{_family}")
 
 

@@ -71,9 +71,11 @@ def _apply(layer: fp.LayerRope, x: np.ndarray, case: dict, *, is_query: bool):
             )
         else:
             out = fp.apply_rope(rotated, layer.position_sign * position_ids, layer.rope)
-        if "interleaved->half" in (case.get("np_check") or "") or case[
-            "config_dict"
-        ].get("rope_interleave"):
+        if (
+            "interleaved->half" in (case.get("np_check") or "")
+            or case["config_dict"].get("rope_interleave")
+            or "apply_rotary_pos_emb_interleave" in case["rope_functions"]
+        ):
             # transformers' apply_rotary_pos_emb_interleave returns the rotated
             # features de-interleaved (half order); scores are the same.
             out = fp.rope_permute_layout(
@@ -264,6 +266,10 @@ READER_REFUSALS = [
     (_small("roformer", rope_theta=5e4), "has no RoPE keys"),
     (_small("roformer", rotary_value=True), r"'rotary_value'\] \(roformer\) is true"),
     (_small("zamba2", use_mem_rope="yes"), "use_mem_rope"),
+    (
+        _small("ergo", global_attention_scale=2.0),
+        r"'global_attention_scale'\] \(ergo\) is 2.0",
+    ),
     (
         _small(
             "muse_glimmer_text",

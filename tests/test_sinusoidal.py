@@ -54,7 +54,16 @@ def test_flax_lm1b_example_table():
 @pytest.mark.parametrize("branch", BRANCHES)
 @pytest.mark.parametrize("layout", ["interleaved", "half"])
 @pytest.mark.parametrize("spacing", ["paper", "tensor2tensor"])
-@pytest.mark.parametrize("dim", [2, 3, 8, 33, 128])
+@pytest.mark.parametrize(
+    "dim",
+    [
+        2,
+        pytest.param(3, marks=pytest.mark.slow),
+        pytest.param(8, marks=pytest.mark.slow),
+        33,
+        128,
+    ],
+)
 @pytest.mark.parametrize("base", [10000.0, pytest.param(500.0, marks=pytest.mark.slow)])
 def test_matches_float64_formula(layout, spacing, dim, base, branch):
     positions = jnp.array([[0, 1, 2, 5], [17, 100, 1023, 4095]])

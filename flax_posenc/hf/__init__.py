@@ -7,7 +7,7 @@ layers share one :class:`~flax_posenc.RopeConfig`. :func:`hf_decode_seq_lens` gi
 the per-token lengths with which transformers' ``generate`` rotates queries and
 keys under dynamic NTK and LongRoPE.
 
-The model table (``hf/_models.py``, ``hf/_defaults.py``) is read from transformers 5.24
+The model table (``hf/_models.py``, ``hf/_defaults.py``) is read from transformers 5.25
 and checked against each model type's own rotary module
 (``tests/fixtures/hf_models.json``). A model type outside it, or out of scope by
 nature, raises.

@@ -1,6 +1,6 @@
 """The rope blocks of a transformers config, one per layer type, and their keys.
 
-transformers' ``convert_rope_params_to_dict`` / ``standardize_rope_params`` (5.24):
+transformers' ``convert_rope_params_to_dict`` / ``standardize_rope_params`` (5.25):
 v4 (``rope_theta`` + ``rope_scaling``) and v5 (``rope_parameters``, flat or nested by
 layer type) forms, legacy spellings, the class's own blocks where the config gives
 none; then each block's keys checked as ``_validate_<type>_rope_parameters`` does.

@@ -1,7 +1,7 @@
 """A rope block's numbers: partial factor, pre-training length, scaling family.
 
 As transformers' rope init functions and ``_validate_<type>_rope_parameters``
-(5.24) read them, with the warnings transformers logs for values it still computes
+(5.25) read them, with the warnings transformers logs for values it still computes
 with.
 """
 

@@ -1,6 +1,6 @@
 """How each transformers model type applies RoPE, beyond its config-class defaults.
 
-Read from transformers' modeling code (5.24) and pinned by ``tests/test_hf_models.py``
+Read from transformers' modeling code (5.25) and pinned by ``tests/test_hf_models.py``
 against the model types' own rotary modules (``tests/fixtures/hf_models.json``).
 A model type with the common behaviour (``rotate_half`` pairs on the first
 ``int(head_dim * partial_rotary_factor)`` features, ``head_dim`` or ``hidden_size //
@@ -86,6 +86,9 @@ class Model:
       unsupported_flags: boolean keys that, when true, make the model do something
         a :class:`~flax_posenc.LayerRope` does not describe (RoFormer's
         ``rotary_value`` also rotates the values).
+      unsupported_keys: keys that, when not null, make the model do something a
+        :class:`~flax_posenc.LayerRope` does not describe (Ergo's
+        ``global_attention_scale`` scales q and k of its full-attention layers).
       position_sign: -1 where the model rotates by ``-theta`` (NanoChat's
         ``rotate_half`` has flipped signs).
       ignored_keys: top-level keys of published configs that the model's code
@@ -125,6 +128,7 @@ class Model:
     mrope_section: tuple[int, ...] | None = None
     fixed_theta: float | None = None
     unsupported_flags: tuple[str, ...] = ()
+    unsupported_keys: tuple[str, ...] = ()
     position_sign: int = 1
     ignored_keys: frozenset[str] = frozenset()
     dangling_keys: frozenset[str] = frozenset()
@@ -244,11 +248,19 @@ MODELS: dict[str, Model] = {
     "gemma4_unified_text": Model(global_head_dim=512),
     "granitemoehybrid": Model(nope="position_embedding_type"),
     "afmoe": Model(nope="sliding_attention"),
+    # Kolibri 1.1: RoPE on its sliding-window layers; the indexed-attention layers are NoPE.
+    "kolibri1_1": Model(nope="sliding_attention"),
+    # Ergo: head size always the ratio; NoPE full-attention layers (a null block).
+    "ergo": Model(
+        layout="interleaved",
+        head_dim="ratio",
+        unsupported_keys=("global_attention_scale",),
+    ),
     "blt_local_decoder": INTERLEAVED,
     "axk2": _MLA_INTERLEAVED,
     "deepseek_v32": _MLA_INTERLEAVED,
     "glm_moe_dsa": _MLA_INTERLEAVED,
-    "hy_v4": Model(head_dim="qk_rope_head_dim", softmax_mscale=True),
+    "hy_v4": _MLA_INTERLEAVED,
     "hunyuan_v1_dense": _HUNYUAN,
     "hunyuan_v1_moe": _HUNYUAN,
     "ministral3": Model(
@@ -388,6 +400,7 @@ COMMON_TYPES: frozenset[str] = frozenset(
         "llama",
         "mellum",
         "mimo_v2_flash",
+        "minicpm5_moe",
         "minimax",
         "minimax_m2",
         "minimax_m3_vl_text",
@@ -442,6 +455,8 @@ EXCLUDED: dict[str, str] = {
     "efficientloftr": "vision-only (feature matching), 2-D RoPE over image grids",
     "eomt_dinov3": "vision-only (DINOv3 segmentation), 2-D patch RoPE",
     "ernie4_5_vl_moe_vision": "non-text sub-model (Ernie4_5_VLMoeVisionConfig): 2-D axial RoPE, out of scope",
+    "llava_onevision1_5_vision": "non-text sub-model (LlavaOnevision15VisionConfig): 2-D axial RoPE, out of scope",
+    "ovis2_5_vision": "non-text sub-model (Ovis2_5VisionConfig): 2-D axial RoPE, out of scope",
     "esmfold2": "protein structure predictor: RoPE only inside its folding trunk / pair stack; out of scope",
     "exaone4_5": "multimodal wrapper: vision tower has 2-D RoPE; its text decoder is model_type exaone4 (covered there)",
     "gemma4_vision": "non-text sub-model (Gemma4VisionConfig): 2-D axial RoPE, out of scope",
@@ -494,6 +509,10 @@ EXCLUDED: dict[str, str] = {
     "step3p5_vision": "non-text sub-model (Step3p7VisionConfig): 2-D axial RoPE, out of scope",
     "timesfm2_5": "time-series forecaster (TimesFM 2.5): RoPE over input patch positions of a numeric series, no text tokens; out of scope",
     "video_llama_3": "multimodal wrapper: vision tower 2-D RoPE; text decoder is model_type qwen2 (covered there)",
+    "zamba": "hybrid Mamba model: its modeling code defines apply_rotary_pos_emb (a copied helper) and never calls it, so it has no RoPE",
+    "llava_onevision1_5": "multimodal wrapper: vision tower 2-D RoPE; text decoder is model_type qwen3 (covered there)",
+    "ovis2_5": "multimodal wrapper: vision tower 2-D RoPE; text decoder is model_type qwen3 (covered there)",
+    "pi05": "vision-language-action policy: its PaliGemma text decoder and action expert are model_type gemma (covered there), joined by attention of its own",
     "vjepa2": "vision-only (video JEPA), 3-D RoPE over (t, h, w) patches",
     "voxtral_realtime_encoder": "non-text sub-model (VoxtralRealtimeEncoderConfig): vision/audio RoPE, out of scope",
     "wav2vec2-bert": "speech-only conformer encoder",

@@ -1,7 +1,7 @@
 """The reader: a transformers ``config.json`` dict in, per-layer RoPE descriptions out.
 
 It follows transformers' own reading (``convert_rope_params_to_dict`` and
-``standardize_rope_params`` of 5.24, and each model type's modeling code through
+``standardize_rope_params`` of 5.25, and each model type's modeling code through
 ``hf/_models.py``), and never guesses: an unknown model type, an unknown key of a rope
 block, a key the model ignores, a value of the wrong JSON type, or a behaviour that
 the chosen function cannot express raises ``ValueError``/``TypeError`` naming it.

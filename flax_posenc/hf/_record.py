@@ -97,6 +97,13 @@ def normalise(config: Mapping[str, Any]) -> Record:
                 f"{cfg.where(flag)} is true: transformers' {cfg.model_type!r} then "
                 "does more than a LayerRope describes; read its modeling code."
             )
+    for key in cfg.model.unsupported_keys:
+        if cfg.get(key) is not None:
+            raise ValueError(
+                f"{cfg.where(key)} is {cfg.get(key)!r}: transformers' "
+                f"{cfg.model_type!r} then does more than a LayerRope describes; read "
+                "its modeling code (null reads as a LayerRope)."
+            )
     layer_types = _rules.layer_types(cfg, count)
     blocks = {
         key: None if block is None else _block(cfg, block, key, layer_types)
