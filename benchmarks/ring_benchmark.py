@@ -2,7 +2,9 @@
 
 For ``n = 1, 2, 4, 8`` host devices on a mesh axis ``"seq"``, causal ALiBi ring
 attention (:func:`flax_posenc.sharded_ring_attention`) of q ``[1, L, N, H]`` with
-grouped k/v ``[1, L, K, H]``, float32:
+grouped k/v ``[1, L, K, H]`` (``N = 8``, ``H = 64``, ``K = 2`` unless
+``--kv-heads``), float32, for each ``kv_chunks`` of ``--kv-chunks`` (the K/V block
+travels the ring in that many chunks):
 
 * **bytes communicated per layer**, per device, read from the compiled HLO: every
   ``collective-permute`` (sync or ``-start``) with its operand size, times the trip
@@ -23,7 +25,8 @@ on GPUs the step time against single-device blockwise attention at the same
 per-device length is the figure to add, see benchmarks/README.md).
 
 Run: ``python benchmarks/ring_benchmark.py`` (``--quick``: smaller lengths, for CI;
-``--json out.json`` to save the figures).
+``--json out.json`` to save the figures; ``--kv-heads 8 --kv-chunks 1,4
+--lengths 65536``: multi-head K/V, whole blocks against chunks of a quarter).
 """
 
 from __future__ import annotations
@@ -32,7 +35,6 @@ import argparse
 import json
 import os
 import re
-import sys
 import time
 
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
@@ -45,7 +47,7 @@ from jax.sharding import AxisType
 
 import flax_posenc as fp
 
-N, K, H = 8, 2, 64
+N, H = 8, 64
 SIZES = (1, 2, 4, 8)
 _COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) .*\{\s*$")
 _PERMUTE = re.compile(r"= (.+?) collective-permute(?:-start)?\(")
@@ -106,7 +108,7 @@ def permuted_bytes(hlo: str) -> tuple[int, int]:
     return total, count
 
 
-def programs(n: int, length: int, grad: bool):
+def programs(n: int, length: int, grad: bool, kv_heads: int, kv_chunks: int):
     """(ring on n devices, blockwise on one at L / n), jitted, with their inputs."""
     mesh = jax.make_mesh(
         (n,), ("seq",), axis_types=(AxisType.Auto,), devices=jax.devices()[:n]
@@ -115,7 +117,7 @@ def programs(n: int, length: int, grad: bool):
     def ring(q, k, v, positions):
         return fp.sharded_ring_attention(
             q, k, v, mesh=mesh, axis_name="seq", q_positions=positions,
-            bias=fp.AlibiBias(N), causal=True,
+            bias=fp.AlibiBias(N), causal=True, kv_chunks=kv_chunks,
         )  # fmt: skip
 
     def one(q, k, v, positions):
@@ -125,7 +127,7 @@ def programs(n: int, length: int, grad: bool):
 
     def shapes(length):
         q = jax.ShapeDtypeStruct((1, length, N, H), jnp.float32)
-        kv = jax.ShapeDtypeStruct((1, length, K, H), jnp.float32)
+        kv = jax.ShapeDtypeStruct((1, length, kv_heads, H), jnp.float32)
         return q, kv, kv, jax.ShapeDtypeStruct((length,), jnp.int32)
 
     if grad:
@@ -134,13 +136,14 @@ def programs(n: int, length: int, grad: bool):
     return (jax.jit(ring), shapes(length)), (jax.jit(one), shapes(length // n))
 
 
-def measure(n: int, length: int, grad: bool) -> dict:
-    (ring, ring_args), (one, one_args) = programs(n, length, grad)
+def measure(n: int, length: int, grad: bool, kv_heads: int, kv_chunks: int) -> dict:
+    programs_ = programs(n, length, grad, kv_heads, kv_chunks)
+    (ring, ring_args), (one, one_args) = programs_
     start = time.perf_counter()
     compiled = ring.lower(*ring_args).compile()
     compile_s = time.perf_counter() - start
     sent, executions = permuted_bytes(compiled.as_text())
-    kv_bytes = 2 * length * K * H * 4  # k and v, float32, all devices
+    kv_bytes = 2 * length * kv_heads * H * 4  # k and v, float32, all devices
     positions_bytes = length * 4
     theory = (n - 1) / n * (kv_bytes + positions_bytes)
     if grad and n > 1:  # k, v, positions again; dk, dv (float32) n times
@@ -151,6 +154,8 @@ def measure(n: int, length: int, grad: bool) -> dict:
         "n": n,
         "L": length,
         "grad": grad,
+        "kv_heads": kv_heads,
+        "kv_chunks": kv_chunks,
         "permutes": executions,
         "sent_bytes": sent,
         "theory_bytes": theory,
@@ -163,41 +168,57 @@ def measure(n: int, length: int, grad: bool) -> dict:
     }
 
 
+def print_row(row: dict) -> None:
+    mib, n = 2**20, row["n"]
+    ratio = row["sent_bytes"] / row["theory_bytes"] if n > 1 else 1.0
+    versus = row["temp"] / row["one_device_temp_at_L_over_n"]
+    print(
+        f"{'grad' if row['grad'] else 'forward':8} {n:2d} {row['L']:6d} "
+        f"{row['kv_chunks']:6d} {row['permutes']:8d} {row['sent_bytes'] / mib:9.2f} "
+        f"{row['theory_bytes'] / mib:8.2f} {ratio:6.3f} "
+        f"{row['temp'] / mib:9.2f} {row['arguments'] / mib:6.1f} "
+        f"{row['output'] / mib:6.1f} "
+        f"{row['one_device_temp_at_L_over_n'] / mib:9.2f} {versus:5.2f}",
+        flush=True,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small lengths, for CI")
     parser.add_argument("--json", help="also write the figures here")
+    parser.add_argument("--kv-heads", type=int, default=2, help="K (N = 8)")
+    parser.add_argument(
+        "--kv-chunks", default="1", help="comma-separated kv_chunks values"
+    )
+    parser.add_argument(
+        "--lengths", help="comma-separated L (default 4096,16384,65536)"
+    )
     args = parser.parse_args()
     lengths = (1024, 4096) if args.quick else (4096, 16384, 65536)
+    if args.lengths:
+        lengths = tuple(int(x) for x in args.lengths.split(","))
+    chunk_counts = tuple(int(x) for x in args.kv_chunks.split(","))
+    kv_heads = args.kv_heads
     load = os.getloadavg()
     print(
         f"jax {jax.__version__}, {jax.device_count()} x {jax.devices()[0].platform}, "
-        f"q [1, L, {N}, {H}], k/v [1, L, {K}, {H}] float32, causal ALiBi; "
+        f"q [1, L, {N}, {H}], k/v [1, L, {kv_heads}, {H}] float32, causal ALiBi; "
         f"load average {load[0]:.2f}"
     )
     print(
-        f"{'pass':8} {'n':>2} {'L':>6} {'permutes':>8} {'sent MiB':>9} "
+        f"{'pass':8} {'n':>2} {'L':>6} {'chunks':>6} {'permutes':>8} {'sent MiB':>9} "
         f"{'theory':>8} {'ratio':>6} {'temp MiB':>9} {'args':>6} {'out':>6} "
         f"{'1 dev L/n':>9} {'x':>5}"
     )
     rows = []
-    mib = 2**20
     for grad in (False, True):
         for length in lengths:
             for n in SIZES:
-                row = measure(n, length, grad)
-                rows.append(row)
-                ratio = row["sent_bytes"] / row["theory_bytes"] if n > 1 else 1.0
-                versus = row["temp"] / row["one_device_temp_at_L_over_n"]
-                print(
-                    f"{'grad' if grad else 'forward':8} {n:2d} {length:6d} "
-                    f"{row['permutes']:8d} {row['sent_bytes'] / mib:9.2f} "
-                    f"{row['theory_bytes'] / mib:8.2f} {ratio:6.3f} "
-                    f"{row['temp'] / mib:9.2f} {row['arguments'] / mib:6.1f} "
-                    f"{row['output'] / mib:6.1f} "
-                    f"{row['one_device_temp_at_L_over_n'] / mib:9.2f} {versus:5.2f}"
-                )
-                sys.stdout.flush()
+                for chunks in chunk_counts if n > 1 else (1,):
+                    row = measure(n, length, grad, kv_heads, chunks)
+                    rows.append(row)
+                    print_row(row)
     load = os.getloadavg()
     print(f"load average at the end {load[0]:.2f}")
     if args.json:

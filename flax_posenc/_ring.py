@@ -9,7 +9,9 @@ forward keeps only the local inputs, the output and the row log-sum-exp; the
 backward sends the key/value blocks around the ring once more, each with its
 ``dk``/``dv`` accumulator (which then takes one more step home), and recomputes each
 block's tiles with the final log-sum-exp (flash attention's backward), so no device
-ever holds more than two key/value blocks and its own query block. :func:`decode`
+ever holds more than two key/value blocks and its own query block. With
+``kv_chunks`` the block goes round as that many chunks in turn (each a whole ring
+of its own), so two chunks are in flight instead of two blocks. :func:`decode`
 attends a query against a sequence-sharded cache and merges the devices' statistics
 with one all-gather.
 """
@@ -76,15 +78,24 @@ def may_attend(blocks: Blocks) -> jax.Array | None:
 
 
 def attention(
-    blocks: Blocks, bias: Bias | None, axis_name: Any, precision: Any
+    blocks: Blocks,
+    bias: Bias | None,
+    axis_name: Any,
+    precision: Any,
+    kv_chunks: int = 1,
 ) -> jax.Array:
-    """Ring attention of prepared local blocks, ``[..., L, N, Hv]`` in q's dtype."""
+    """Ring attention of prepared local blocks, ``[..., L, N, Hv]`` in q's dtype.
+
+    ``kv_chunks`` (dividing the local key length): the key/value block goes round
+    the ring as that many chunks, one after the other, so a device holds one
+    chunk in use and one arriving instead of two whole blocks; ``kv_chunks (n -
+    1)`` permutes per tensor, the same bytes."""
     size = axis_size(axis_name)
     if size == 1:
         return _blockwise.online_softmax(blocks, bias, precision)
     arrays, rebuild = split_bias(bias)
     ring = functools.partial(
-        _ring, blocks, rebuild, axis_name, size, precision
+        _ring, blocks, rebuild, axis_name, size, precision, kv_chunks
     )  # static parts closed over; arrays are arguments
     return ring(
         blocks.q,
@@ -98,7 +109,7 @@ def attention(
     )
 
 
-def _ring(blocks, rebuild, axis_name, size, precision, *operands):
+def _ring(blocks, rebuild, axis_name, size, precision, kv_chunks, *operands):
     """``custom_vjp`` over the operands; ``blocks`` gives the static fields."""
 
     def with_operands(operands: tuple) -> tuple[Blocks, Any]:
@@ -115,7 +126,7 @@ def _ring(blocks, rebuild, axis_name, size, precision, *operands):
 
     def forward(*operands):
         local, bias = with_operands(operands)
-        stats = _forward_stats(local, bias, axis_name, size, precision)
+        stats = _forward_stats(local, bias, axis_name, size, precision, kv_chunks)
         out = _blockwise.normalise(stats, local.q.dtype)
         out = _blockwise.from_stats_layout(local, out)
         safe = jnp.where(stats.denominator == 0.0, 1.0, stats.denominator)
@@ -128,8 +139,9 @@ def _ring(blocks, rebuild, axis_name, size, precision, *operands):
         operands, out, lse = residuals
         local, _ = with_operands(operands)
         grads = _backward(
-            local, rebuild, operands[-1], axis_name, size, precision, out, lse, d_out
-        )
+            local, rebuild, operands[-1], axis_name, size, precision, kv_chunks,
+            out, lse, d_out,
+        )  # fmt: skip
         d_q, d_k, d_v, d_arrays = grads
         return (
             d_q,
@@ -150,14 +162,30 @@ def _int_zeros(x: jax.Array | None) -> Any:
 
 def _with_keys(blocks: Blocks, kv: tuple) -> Blocks:
     k, v, kp, ks = kv
-    return blocks._replace(k=k, v=v, k_positions=kp, k_segment_ids=ks)
+    block_k = min(blocks.block_k, k.shape[1])  # a chunk may be shorter than a tile
+    return blocks._replace(k=k, v=v, k_positions=kp, k_segment_ids=ks, block_k=block_k)
+
+
+def _chunk(blocks: Blocks, index: jax.Array, kv_chunks: int) -> tuple:
+    """Chunk ``index`` of ``kv_chunks`` of the local ``(k, v, k_positions,
+    k_segment_ids)`` along the keys (the whole block when ``kv_chunks`` is 1)."""
+    length = blocks.k.shape[1] // kv_chunks
+    kv = (blocks.k, blocks.v, blocks.k_positions, blocks.k_segment_ids)
+    return jax.tree_util.tree_map(
+        lambda x: jax.lax.dynamic_slice_in_dim(x, index * length, length, axis=1), kv
+    )
 
 
 def _forward_stats(
-    blocks: Blocks, bias: Bias | None, axis_name: Any, size: int, precision: Any
+    blocks: Blocks,
+    bias: Bias | None,
+    axis_name: Any,
+    size: int,
+    precision: Any,
+    kv_chunks: int,
 ) -> Stats:
-    """The statistics after every device's key/value block: ``size - 1`` permutes
-    of each of k, v (and their positions and segment ids)."""
+    """The statistics after every device's key/value block: per chunk, ``size - 1``
+    permutes of each of k, v (and their positions and segment ids)."""
     perm = ring_permutation(size)
 
     def step(stats: Stats, kv: tuple) -> Stats:
@@ -173,13 +201,25 @@ def _forward_stats(
         incoming = jax.lax.ppermute(kv, axis_name, perm)  # overlaps the step
         return step(stats, kv), incoming
 
-    # The first step reads the inputs; the loop then carries only received blocks
-    # (a loop carry initialised from an input would be one more copy of it).
-    kv = (blocks.k, blocks.v, blocks.k_positions, blocks.k_segment_ids)
-    incoming = jax.lax.ppermute(kv, axis_name, perm)
-    stats = step(_blockwise.init_stats(blocks), kv)
-    stats, kv = jax.lax.fori_loop(0, size - 2, body, (stats, incoming))
-    return step(stats, kv)
+    def around(index: jax.Array, stats: Stats) -> Stats:
+        # The first step reads the local chunk; the loop then carries only received
+        # ones (a loop carry initialised from an input would be one more copy).
+        kv = _chunk(blocks, index, kv_chunks)
+        incoming = jax.lax.ppermute(kv, axis_name, perm)
+        stats = step(stats, kv)
+        stats, kv = jax.lax.fori_loop(0, size - 2, body, (stats, incoming))
+        return step(stats, kv)
+
+    return _over_chunks(kv_chunks, around, _blockwise.init_stats(blocks))
+
+
+def _over_chunks(kv_chunks: int, around: Callable, init: Any) -> Any:
+    """``around(index, carry)`` for each chunk index in turn: a loop, or one call
+    (a loop of one trip keeps its carry as a copy, which XLA does not remove when
+    the body permutes)."""
+    if kv_chunks == 1:
+        return around(jnp.int32(0), init)
+    return jax.lax.fori_loop(0, kv_chunks, around, init)
 
 
 def _backward(
@@ -189,6 +229,7 @@ def _backward(
     axis_name: Any,
     size: int,
     precision: Any,
+    kv_chunks: int,
     out: jax.Array,
     lse: jax.Array,
     d_out: jax.Array,
@@ -267,18 +308,29 @@ def _backward(
         moved = jax.lax.ppermute((kv, grads[1]), axis_name, perm)
         return (grads[0], moved[1], grads[2]), moved[0]
 
-    kv = (blocks.k, blocks.v, blocks.k_positions, blocks.k_segment_ids)
+    def around(index: jax.Array, carry: tuple) -> tuple:
+        """One chunk's transposed ring; its ``dk``/``dv`` come home into place."""
+        d_q, d_k, d_v, d_arrays = carry
+        kv = _chunk(blocks, index, kv_chunks)
+        travelling = (jnp.zeros(kv[0].shape, f32), jnp.zeros(kv[1].shape, f32))
+        # As the forward: the first step reads the local chunk, the loop carries
+        # received chunks only.
+        grads = body(0, ((d_q, travelling, d_arrays), kv))
+        grads, kv = jax.lax.fori_loop(1, size - 1, body, grads)
+        d_q, travelling, d_arrays = step(grads, kv)
+        g_k, g_v = jax.lax.ppermute(travelling, axis_name, perm)  # the last step home
+        start = index * kv[0].shape[1]
+        d_k = jax.lax.dynamic_update_slice_in_dim(d_k, g_k, start, axis=1)
+        d_v = jax.lax.dynamic_update_slice_in_dim(d_v, g_v, start, axis=1)
+        return d_q, d_k, d_v, d_arrays
+
     init = (
         jnp.zeros(blocks.q.shape, f32),
-        (jnp.zeros(blocks.k.shape, f32), jnp.zeros(blocks.v.shape, f32)),
+        jnp.zeros(blocks.k.shape, f32),
+        jnp.zeros(blocks.v.shape, f32),
         jax.tree_util.tree_map(jnp.zeros_like, arrays),
     )
-    # As the forward: the first step reads the inputs, the loop carries received
-    # blocks only.
-    carry = body(0, (init, kv))
-    grads, kv = jax.lax.fori_loop(1, size - 1, body, carry)
-    d_q, d_kv, d_arrays = step(grads, kv)
-    d_k, d_v = jax.lax.ppermute(d_kv, axis_name, perm)  # the last step home
+    d_q, d_k, d_v, d_arrays = _over_chunks(kv_chunks, around, init)
     return (
         d_q.astype(blocks.q.dtype),
         d_k.astype(blocks.k.dtype),

@@ -16,7 +16,8 @@ Ring steps whose block is fully masked (causal: every key later than every query
 disjoint segment ids) are skipped, as are fully masked tiles inside a step. The
 gradient runs the transposed ring (the key/value blocks go round again with their
 ``dk``/``dv`` accumulators) and recomputes tiles from the forward's log-sum-exp, so
-memory per device stays ``O(L / n)``.
+memory per device stays ``O(L / n)``. With ``kv_chunks`` each block goes round as
+that many chunks in turn: less in flight, more permutes of the same bytes.
 
 Positions are global (a shard's positions are its tokens' positions in the whole
 sequence), so RoPE, ALiBi and T5 buckets need no special case, packed segments may
@@ -84,6 +85,7 @@ def ring_attention(
     scale: float | None = None,
     block_q: int = 512,
     block_k: int = 512,
+    kv_chunks: int = 1,
     precision: Any = None,
 ) -> jax.Array:
     """Ring attention inside ``jax.shard_map``: this device's queries against every
@@ -120,6 +122,12 @@ def ring_attention(
       scale: the logit scale; None means ``1 / sqrt(H)``.
       block_q: query rows per tile.
       block_k: keys per tile.
+      kv_chunks: the key/value block goes round the ring in this many chunks (a
+        divisor of ``S``), one after the other: a device holds ``2 / kv_chunks``
+        of a block in flight instead of two blocks, with ``kv_chunks`` times as
+        many permutes of the same total bytes. 1 (the default): ``n - 1`` permutes
+        per tensor. Raise it when K/V are as large as q (``K = N``) and memory is
+        tight.
       precision: ``jax.lax.Precision`` of the matmuls.
 
     Returns:
@@ -130,7 +138,7 @@ def ring_attention(
         ``axis_name``; a ``rope`` that is not a :class:`flax_posenc.RopeConfig`.
       ValueError: what :func:`flax_posenc.blockwise_attention` rejects; an
         ``axis_name`` not bound by an enclosing ``shard_map``; ``rope`` without
-        ``q_positions``.
+        ``q_positions``; a ``kv_chunks`` that does not divide ``S``.
 
     Examples:
       >>> P, AxisType = jax.sharding.PartitionSpec, jax.sharding.AxisType
@@ -146,7 +154,7 @@ def ring_attention(
       (1, 64, 4, 16)
     """
     _check_axis_name(axis_name, bound=True)
-    rotation, options, arrays = _check_ring(
+    rotation, options, arrays, kv_chunks = _check_ring(
         q,
         k,
         v,
@@ -157,14 +165,16 @@ def ring_attention(
         scale=scale,
         block_q=block_q,
         block_k=block_k,
+        kv_chunks=kv_chunks,
         q_positions=q_positions,
         k_positions=k_positions,
         q_segment_ids=q_segment_ids,
         k_segment_ids=k_segment_ids,
     )
     return _local_ring(
-        q, k, v, arrays, bias, rotation, options, axis_name, precision, True
-    )
+        q, k, v, arrays, bias, rotation, options, axis_name, precision, kv_chunks,
+        True,
+    )  # fmt: skip
 
 
 def _check_ring(
@@ -179,10 +189,11 @@ def _check_ring(
     scale: Any,
     block_q: Any,
     block_k: Any,
+    kv_chunks: Any,
     **positions: Any,
-) -> tuple[_Rotation, _blockwise.Options, _blockwise.Arrays]:
-    """The checks both ring entry points share: RoPE, the blockwise options, and
-    the arrays with their positions and segment ids (no ``mask``)."""
+) -> tuple[_Rotation, _blockwise.Options, _blockwise.Arrays, int]:
+    """The checks both ring entry points share: RoPE, the blockwise options, the
+    arrays with their positions and segment ids (no ``mask``), and ``kv_chunks``."""
     rotation = _check_rope(rope, positions["q_positions"], seq_len)
     options = _blockwise.check_options(
         bias=bias, causal=causal, scale=scale, block_q=block_q, block_k=block_k
@@ -190,7 +201,7 @@ def _check_ring(
     arrays = _blockwise.check_arrays(
         q, k, v, bias=bias, causal=options.causal, mask=None, **positions
     )
-    return rotation, options, arrays
+    return rotation, options, arrays, check_positive_int("kv_chunks", kv_chunks)
 
 
 class _Rotation(NamedTuple):
@@ -245,6 +256,7 @@ def _local_ring(
     options: _blockwise.Options,
     axis_name: str,
     precision: Any,
+    kv_chunks: int,
     global_seq_len: bool,
 ) -> jax.Array:
     """RoPE (with the ring's global ``seq_len``), then the ring, on local shards."""
@@ -256,7 +268,14 @@ def _local_ring(
             seq_len = jax.lax.pmax(local, axis_name) + 1  # the global length
         q, k = apply_rope_qk(q, k, qp, config, k_positions=kp, seq_len=seq_len)
     blocks = _blockwise.prepare(q, k, v, arrays, options)
-    return _ring.attention(blocks, bias, axis_name, precision)
+    keys = blocks.k.shape[1]
+    if keys % kv_chunks:
+        nearest = max(d for d in range(1, kv_chunks) if keys % d == 0)
+        raise ValueError(
+            f"`kv_chunks` = {kv_chunks} must divide this device's key length "
+            f"{keys}. Hint: a divisor of {keys}, e.g. kv_chunks={nearest}."
+        )
+    return _ring.attention(blocks, bias, axis_name, precision, kv_chunks)
 
 
 def sharded_ring_attention(
@@ -278,6 +297,7 @@ def sharded_ring_attention(
     scale: float | None = None,
     block_q: int = 512,
     block_k: int = 512,
+    kv_chunks: int = 1,
     precision: Any = None,
 ) -> jax.Array:
     """Ring attention of global arrays, the sequence split over ``mesh``'s
@@ -311,6 +331,8 @@ def sharded_ring_attention(
       scale: the logit scale; None means ``1 / sqrt(H)``.
       block_q: query rows per tile (of a shard).
       block_k: keys per tile.
+      kv_chunks: chunks per key/value block on the ring (a divisor of ``S / n``);
+        see :func:`ring_attention`.
       precision: ``jax.lax.Precision`` of the matmuls.
 
     Returns:
@@ -320,7 +342,8 @@ def sharded_ring_attention(
       TypeError: what :func:`ring_attention` rejects; a ``mesh`` that is not a
         ``jax.sharding.Mesh``.
       ValueError: what :func:`ring_attention` rejects; q/k/v not of rank 4; an
-        axis not in the mesh; ``L``, ``S`` or ``B`` not divisible by their axis.
+        axis not in the mesh; ``L``, ``S`` or ``B`` not divisible by their axis;
+        a ``kv_chunks`` that does not divide ``S / n``.
 
     Examples:
       T5 buckets over 8 devices, packed segments across shard boundaries:
@@ -351,6 +374,7 @@ def sharded_ring_attention(
         scale=scale,
         block_q=block_q,
         block_k=block_k,
+        kv_chunks=kv_chunks,
     )
     return _run_sharded(q, k, v, checked, precision)
 
@@ -365,6 +389,7 @@ class _Sharded(NamedTuple):
     bias: PositionBias | None
     rotation: _Rotation
     options: _blockwise.Options
+    kv_chunks: int
 
 
 def _check_sharded(
@@ -386,6 +411,7 @@ def _check_sharded(
     scale: Any,
     block_q: Any,
     block_k: Any,
+    kv_chunks: Any,
 ) -> _Sharded:
     if not isinstance(mesh, Mesh):
         raise TypeError(
@@ -403,7 +429,7 @@ def _check_sharded(
         raise ValueError(
             f"`batch_axis` must differ from `axis_name`, both are {axis_name!r}."
         )
-    rotation, options, arrays = _check_ring(
+    rotation, options, arrays, kv_chunks = _check_ring(
         q,
         k,
         v,
@@ -414,6 +440,7 @@ def _check_sharded(
         scale=scale,
         block_q=block_q,
         block_k=block_k,
+        kv_chunks=kv_chunks,
         q_positions=q_positions,
         k_positions=k_positions,
         q_segment_ids=q_segment_ids,
@@ -444,14 +471,16 @@ def _check_sharded(
             raise ValueError(
                 f"`{name}` must be [L] or [B, L] for a mesh, got shape {ids.shape}."
             )
-    return _Sharded(mesh, axis_name, batch_axis, arrays, bias, rotation, options)
+    return _Sharded(
+        mesh, axis_name, batch_axis, arrays, bias, rotation, options, kv_chunks
+    )
 
 
 def _run_sharded(
     q: jax.Array, k: jax.Array, v: jax.Array, checked: _Sharded, precision: Any
 ) -> jax.Array:
     """``shard_map`` of :func:`_local_ring` over checked global arrays."""
-    mesh, axis, batch_axis, arrays, bias, rotation, options = checked
+    mesh, axis, batch_axis, arrays, bias, rotation, options, kv_chunks = checked
     config, seq_len = rotation
     if config is not None and config.depends_on_seq_len and seq_len is None:
         qp, kp = _rope_positions(arrays)
@@ -487,6 +516,7 @@ def _run_sharded(
             options,
             axis,
             precision,
+            kv_chunks,
             False,
         )
 
@@ -529,6 +559,7 @@ def ring_attention_fn(
     scale: float | None = None,
     block_q: int = 512,
     block_k: int = 512,
+    kv_chunks: int = 1,
 ) -> Callable[..., jax.Array]:
     """A Flax ``attention_fn`` that runs ring attention with the sequence sharded.
 
@@ -554,6 +585,8 @@ def ring_attention_fn(
       scale: the logit scale; None means ``1 / sqrt(H)``.
       block_q: query rows per tile.
       block_k: keys per tile.
+      kv_chunks: chunks per key/value block on the ring; see
+        :func:`ring_attention`.
 
     Returns:
       A function with the keywords of Flax's ``dot_product_attention``.
@@ -602,6 +635,7 @@ def ring_attention_fn(
         "scale": scale,
         "block_q": block_q,
         "block_k": block_k,
+        "kv_chunks": check_positive_int("kv_chunks", kv_chunks),
     }
     _blockwise.check_options(
         bias=bias, causal=causal, scale=scale, block_q=block_q, block_k=block_k

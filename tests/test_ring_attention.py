@@ -117,12 +117,14 @@ def split_static(kwargs):
     return arrays, static
 
 
-def test_forward_equals_dense_and_blockwise_and_hlo_has_only_permutes():
+@pytest.mark.parametrize("kv_chunks", [1, 2])
+def test_forward_equals_dense_and_blockwise_and_hlo_has_only_permutes(kv_chunks):
     """ALiBi (6 heads), causal, packed segments crossing shards, GQA, 6 rows per
-    shard with 4-row blocks; the compiled program's only collective is the ring's
-    collective-permute."""
+    shard with 4-row blocks (chunks of 3 keys: shorter than a tile); the compiled
+    program's only collective is the ring's collective-permute."""
     q, k, v, kwargs, bias, allowed = make_case("alibi_causal_packed")
     arrays, static = split_static(kwargs)
+    static += (("kv_chunks", kv_chunks),)
     ring = ring_on(mesh_of())
     compiled = ring.lower(q, k, v, arrays, static=static).compile()
     assert hlo_collectives(compiled.as_text()) == ["collective-permute"]
@@ -145,10 +147,12 @@ def count_permutes(jaxpr, trips=1):
     return total
 
 
+@pytest.mark.parametrize("kv_chunks", [1, 2])
 @pytest.mark.parametrize("grad", [False, True], ids=["forward", "grad"])
-def test_ring_permutes_each_block_n_minus_1_times(grad):
+def test_ring_permutes_each_block_n_minus_1_times(grad, kv_chunks):
     """Forward: k, v, k positions, k segment ids each n - 1 times. Gradient: those
-    again plus dk and dv n times (their last step home)."""
+    again plus dk and dv n times (their last step home). Per chunk with
+    ``kv_chunks``."""
     length, heads = 32, 2
     x = jax.ShapeDtypeStruct((1, length // DEVICES, heads, 4), jnp.float32)
     ids = jax.ShapeDtypeStruct((1, length // DEVICES), jnp.int32)
@@ -156,23 +160,25 @@ def test_ring_permutes_each_block_n_minus_1_times(grad):
     def local(q, k, v, positions, segments):
         return fp.ring_attention(
             q, k, v, axis_name="seq", q_positions=positions, causal=True,
-            q_segment_ids=segments, block_q=4, block_k=4,
+            q_segment_ids=segments, block_q=4, block_k=4, kv_chunks=kv_chunks,
         )  # fmt: skip
 
     fn = jax.grad(lambda *a: local(*a).sum(), argnums=(0, 1, 2)) if grad else local
     jaxpr = jax.make_jaxpr(fn, axis_env=[("seq", DEVICES)])(x, x, x, ids, ids)
     forward = 4 * (DEVICES - 1)
-    want = 2 * forward + 2 * DEVICES if grad else forward
+    want = kv_chunks * (2 * forward + 2 * DEVICES if grad else forward)
     assert count_permutes(jaxpr.jaxpr) == want
 
 
-@pytest.mark.slow
-def test_gradients_equal_dense_with_t5_table():
+@pytest.mark.parametrize("kv_chunks", [pytest.param(1, marks=pytest.mark.slow), 3])
+def test_gradients_equal_dense_with_t5_table(kv_chunks):
     """Gradients of q, k, v and the T5 table through the transposed ring equal
-    autodiff of dense float32 attention (causal T5 buckets, GQA). Against
-    single-device blockwise_attention: the slow grid."""
+    autodiff of dense float32 attention (causal T5 buckets, GQA; with 3 chunks of
+    2 keys, each chunk's dk/dv home in its place). Against single-device
+    blockwise_attention: the slow grid."""
     q, k, v, kwargs, _, allowed = make_case("t5_causal")
     del kwargs["bias"]
+    kwargs["kv_chunks"] = kv_chunks
     positions = kwargs["q_positions"]
     table = jnp.asarray(TABLE)
 
@@ -413,6 +419,24 @@ def sharded(**kwargs):
             r"`block_q` must be",
         ),
         (
+            lambda: sharded(kv_chunks=0),
+            ValueError,
+            r"`kv_chunks` must be a positive int, got 0",
+        ),
+        (
+            lambda: sharded(kv_chunks=3),
+            ValueError,
+            r"`kv_chunks` = 3 must divide this device's key length 2\. Hint: a "
+            r"divisor of 2, e\.g\. kv_chunks=2",
+        ),
+        (
+            lambda: fp.ring_attention_fn(
+                mesh=mesh_of(), axis_name="seq", q_positions=POS, kv_chunks=2.0
+            ),
+            TypeError,
+            r"`kv_chunks` must be a positive Python int, got 2.0 \(float\)",
+        ),
+        (
             lambda: fp.ring_attention(Q, K, V, axis_name="seq"),
             ValueError,
             r"`axis_name` 'seq' is not bound: ring_attention runs inside "
@@ -504,16 +528,22 @@ def test_data_and_sequence_mesh_with_dynamic_ntk():
     np.testing.assert_allclose(got, want, **TOL)
 
 
-# Multi-query k/v (K = 1, as long-context models use): the ring double-buffers its
-# K/V block (the block in use and the one arriving; in the backward also dk/dv),
-# which blockwise attention at L / n does not need. With K = N = 4 the ratio is
-# 2.2 (forward) and 2.0 (gradient); benchmarks/ring_benchmark.py prints both.
-L_LONG, N_LONG, K_LONG, H_LONG = 65536, 8, 1, 32
+# The ring double-buffers its K/V block (the block in use and the one arriving; in
+# the backward also dk/dv), which blockwise attention at L / n does not need. With
+# multi-query k/v (K = 1) that is small next to q; with K = N whole blocks in flight
+# cost 2.2x (forward), and the block goes round in 4 chunks instead (a quarter in
+# flight). benchmarks/ring_benchmark.py prints every combination.
+L_LONG, N_LONG, H_LONG = 65536, 8, 32
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("kv_heads", "kv_chunks"), [(1, 1), (N_LONG, 4)], ids=["mqa", "mha-4-chunks"]
+)
 @pytest.mark.parametrize("grad", [False, True], ids=["forward", "grad"])
-def test_memory_per_device_at_64k_is_that_of_one_device_at_l_over_n(grad):
+def test_memory_per_device_at_64k_is_that_of_one_device_at_l_over_n(
+    grad, kv_heads, kv_chunks
+):
     """Per-device compiled temp memory of the ring at L = 65536 over 8 devices is
     within 1.5x of single-device blockwise attention at L / 8."""
     local = L_LONG // DEVICES
@@ -521,7 +551,7 @@ def test_memory_per_device_at_64k_is_that_of_one_device_at_l_over_n(grad):
     def ring(q, k, v, positions):
         return fp.ring_attention(
             q, k, v, axis_name="seq", q_positions=positions,
-            bias=fp.AlibiBias(N_LONG), causal=True,
+            bias=fp.AlibiBias(N_LONG), causal=True, kv_chunks=kv_chunks,
         )  # fmt: skip
 
     def one(q, k, v, positions):
@@ -531,7 +561,7 @@ def test_memory_per_device_at_64k_is_that_of_one_device_at_l_over_n(grad):
 
     def memory(fn, length, mapped):
         x = jax.ShapeDtypeStruct((1, length, N_LONG, H_LONG), jnp.float32)
-        kv = jax.ShapeDtypeStruct((1, length, K_LONG, H_LONG), jnp.float32)
+        kv = jax.ShapeDtypeStruct((1, length, kv_heads, H_LONG), jnp.float32)
         positions = jax.ShapeDtypeStruct((length,), jnp.int32)
         if grad:
             fn = jax.grad(lambda *a, f=fn: f(*a).sum(), argnums=(0, 1, 2))
