@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 
 from flax_posenc import _blockwise
+from flax_posenc._attention_fn import flax_signature
 from flax_posenc._validation import (
     check_float_array,
     check_integer_array,
@@ -244,35 +245,15 @@ def _flax_blockwise(
 ) -> Callable[..., jax.Array]:
     """Flax's ``attention_fn`` signature around the checked blockwise core."""
 
-    def attend(
+    def kernel(
         query: jax.Array,
         key: jax.Array,
         value: jax.Array,
-        mask: jax.Array | None = None,
-        dropout_rng: jax.Array | None = None,
-        dropout_rate: float = 0.0,
-        broadcast_dropout: bool = True,
-        deterministic: bool = False,
-        dtype: Any = None,
-        precision: Any = None,
-        module: Any = None,
-        is_causal: bool = False,
+        mask: jax.Array | None,
+        precision: Any,
+        is_causal: bool,
     ) -> jax.Array:
         """``blockwise_attention(RoPE(query), RoPE(key), value, mask=mask, ...)``."""
-        del dropout_rng, broadcast_dropout  # only meaningful with dropout
-        if dropout_rate > 0.0 and not deterministic:
-            raise ValueError(
-                "Blockwise attention has no dropout, got "
-                f"dropout_rate={dropout_rate} with deterministic=False. Hint: "
-                "dropout_rate=0.0, or positional_attention_fn with a bias array."
-            )
-        if module is not None:
-            raise ValueError(
-                "Blockwise attention forms no attention weights to sow; use "
-                "sow_weights=False."
-            )
-        if dtype is not None:
-            query, key, value = (x.astype(dtype) for x in (query, key, value))
         query, key = _rotate(query, key, rotation)
         checked = options._replace(causal=True) if is_causal else options
         arrays = _blockwise.check_arrays(
@@ -289,7 +270,8 @@ def _flax_blockwise(
         )
         return _blockwise.attention(query, key, value, arrays, bias, checked, precision)
 
-    return attend
+    hint = "dropout_rate=0.0, or positional_attention_fn with a bias array."
+    return flax_signature(kernel, "Blockwise attention", hint)
 
 
 class _Rotation(NamedTuple):

@@ -49,6 +49,7 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from flax_posenc import _blockwise, _ring
+from flax_posenc._attention_fn import flax_signature
 from flax_posenc._validation import (
     check_integer_array,
     check_positive_int,
@@ -642,45 +643,26 @@ def ring_attention_fn(
     )
     _check_rope(rope, q_positions, seq_len)
 
-    def attend(
+    def kernel(
         query: jax.Array,
         key: jax.Array,
         value: jax.Array,
-        mask: jax.Array | None = None,
-        dropout_rng: jax.Array | None = None,
-        dropout_rate: float = 0.0,
-        broadcast_dropout: bool = True,
-        deterministic: bool = False,
-        dtype: Any = None,
-        precision: Any = None,
-        module: Any = None,
-        is_causal: bool = False,
+        mask: jax.Array | None,
+        precision: Any,
+        is_causal: bool,
     ) -> jax.Array:
         """``sharded_ring_attention(query, key, value, ...)``."""
-        del dropout_rng, broadcast_dropout
         if mask is not None:
             raise ValueError(
                 f"Ring attention takes no `mask` array, got shape {mask.shape}: it "
                 "would need the whole [L, S] on every device. Hint: causal=True for "
                 "a causal mask, q_segment_ids for packing and padding."
             )
-        if dropout_rate > 0.0 and not deterministic:
-            raise ValueError(
-                f"Ring attention has no dropout, got dropout_rate={dropout_rate} "
-                "with deterministic=False. Hint: dropout_rate=0.0."
-            )
-        if module is not None:
-            raise ValueError(
-                "Ring attention forms no attention weights to sow; use "
-                "sow_weights=False."
-            )
-        if dtype is not None:
-            query, key, value = (x.astype(dtype) for x in (query, key, value))
         options = dict(settings, causal=settings["causal"] or is_causal)
         checked = _check_sharded(query, key, value, **options)
         return _run_sharded(query, key, value, checked, precision)
 
-    return attend
+    return flax_signature(kernel, "Ring attention", "dropout_rate=0.0.")
 
 
 def sharded_kv_cache_attention(

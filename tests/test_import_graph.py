@@ -26,6 +26,7 @@ LAYERS = {
     "flax_posenc.context_parallel": 3,
     "flax_posenc._ring": 3,
     "flax_posenc._embed": 3,
+    "flax_posenc._attention_fn": 3,
     "flax_posenc.testing": 4,
 }
 
