@@ -426,13 +426,24 @@ def _update(
         preferred_element_type=jnp.float32,
     )
     logits = logits * jnp.float32(scale)
+    tile_bias = None
     if bias is not None and q_positions is not None and k_positions is not None:
         rows, cols = tile.q_block.shape[1], tile.k_block.shape[1]
         q_pos = jax.lax.dynamic_slice_in_dim(q_positions, tile.q_start, rows, axis=1)
         k_pos = jax.lax.dynamic_slice_in_dim(k_positions, tile.k_start, cols, axis=1)
-        logits = logits + _bias_tile(bias, q_pos, k_pos, logits.shape)
+        tile_bias = _bias_tile(bias, q_pos, k_pos, logits.shape)
     if tile.keep is not None:
-        logits = jnp.where(tile.keep, logits, -jnp.inf)
+        # Broadcast once: one mask residual for both selects under autodiff.
+        keep = jnp.broadcast_to(tile.keep, logits.shape)
+        logits = jnp.where(keep, logits, -jnp.inf)
+        if tile_bias is not None:  # 0, not -inf: masked pairs stay -inf + 0
+            tile_bias = jnp.where(keep, tile_bias, 0.0)
+    if tile_bias is not None:
+        # The add of two whole tiles comes last, so XLA:CPU stores these biased,
+        # masked logits once and the max and the exp both read them. With the
+        # select last it recomputed the add and select inside the exp, which
+        # kept an expensive bias (log1p, power) as a second stored tile.
+        logits = logits + tile_bias
     new_max = jax.lax.stop_gradient(jnp.maximum(row_max, logits.max(-1)))
     # A row masked so far has max -inf: subtract 0 instead (exp(-inf) = 0).
     shift = jnp.where(new_max == -jnp.inf, 0.0, new_max)

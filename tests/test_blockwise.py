@@ -263,6 +263,88 @@ def test_fully_masked_rows_give_zeros_and_finite_gradients():
     np.testing.assert_array_equal(grads[0][0, [0, 3]], 0.0)
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf], ids=["nan", "inf"])
+def test_a_bias_on_masked_pairs_never_reaches_the_output(bad):
+    """Pairs the causal mask removes stay removed whatever the bias says there (a
+    bias is masked to 0, not added before the mask): the same output and
+    gradients as a bias of 0 on those pairs."""
+
+    def masked_bias(value):
+        def bias(q_pos, k_pos):
+            later = k_pos[0][None, :] > q_pos[0][:, None]
+            tile = jnp.where(later, value, -0.1 * (q_pos[0][:, None] - k_pos[0][None]))
+            return jnp.stack([tile, 2.0 * tile]).astype(jnp.float32)  # [N = 2, l, s]
+
+        return bias
+
+    q, k, v = qkv((1,), 10, 10, 2, 1, 4)
+    positions = np.arange(10)
+
+    def run(value):
+        attend = lambda q, k, v: fp.blockwise_attention(
+            q, k, v, q_positions=positions, bias=masked_bias(value), causal=True,
+            block_q=4, block_k=4,
+        )  # fmt: skip
+        grad = jax.grad(lambda *a: jnp.sum(jnp.sin(attend(*a))), argnums=(0, 1, 2))
+        return jax.jit(lambda *a: (attend(*a), grad(*a)))(q, k, v)
+
+    got, want = run(bad), run(0.0)
+    chex.assert_trees_all_equal(got, want)
+    assert all(np.all(np.isfinite(x)) for x in jax.tree_util.tree_leaves(got))
+
+
+# Biases an expensive op computes (log1p, power, FIRE's MLP, T5's lookup): XLA
+# evaluates them once per tile and stores the biased, masked logits in the place of
+# the q.k tile, as for ALiBi. Before, the expensive bias tile was stored next to
+# the logits: one more [N, block, block] float32 tile (issue 20's memory target).
+MEMORY_HEADS, MEMORY_BLOCK = 8, 256
+
+
+def memory_biases():
+    rng = np.random.default_rng(5)
+    r = rng.standard_normal((2, MEMORY_HEADS)).astype(np.float32)
+    fire = fp.FireParams(
+        c=np.float32(0.1),
+        threshold_multiplier=np.float32(1.0),
+        hidden_kernel=rng.standard_normal(32).astype(np.float32),
+        hidden_bias=0.1 * rng.standard_normal(32).astype(np.float32),
+        output_kernel=rng.standard_normal((32, MEMORY_HEADS)).astype(np.float32),
+        output_bias=np.zeros(MEMORY_HEADS, np.float32),
+    )
+    table = 0.1 * rng.standard_normal((32, MEMORY_HEADS)).astype(np.float32)
+    return {
+        "kerple_log": fp.KerpleBias(r[0], r[1], "log"),
+        "kerple_power": fp.KerpleBias(r[0], r[1], "power"),
+        "fire": fp.FireBias(fire, init_threshold=512.0),
+        "t5": fp.RelativeBias(table, bidirectional=False),
+    }
+
+
+@pytest.mark.parametrize("name", list(memory_biases()))
+def test_an_expensive_bias_stores_no_tile_beyond_alibi(name):
+    """Compiled temp memory of causal blockwise attention with the bias is ALiBi's
+    plus at most one [block, block] float32 array (a distance or FIRE's u shared by
+    the heads), never a whole [N, block, block] bias tile."""
+    if jax.default_backend() != "cpu":
+        pytest.skip("pins XLA:CPU's fusion; other compilers fuse their own way")
+    length = 4 * MEMORY_BLOCK
+    x = jax.ShapeDtypeStruct((1, length, MEMORY_HEADS, 64), jnp.float32)
+    positions = jax.ShapeDtypeStruct((length,), jnp.int32)
+
+    def temp(bias):
+        attend = lambda q, k, v, p: fp.blockwise_attention(
+            q, k, v, q_positions=p, bias=bias, causal=True,
+            block_q=MEMORY_BLOCK, block_k=MEMORY_BLOCK,
+        )  # fmt: skip
+        memory = jax.jit(attend).lower(x, x, x, positions).compile().memory_analysis()
+        if memory is None:
+            pytest.skip("memory_analysis() is not available on this backend")
+        return memory.temp_size_in_bytes
+
+    extra = temp(memory_biases()[name]) - temp(fp.AlibiBias(MEMORY_HEADS))
+    assert extra <= MEMORY_BLOCK * MEMORY_BLOCK * 4 + 4096, f"{extra / 2**20:.2f} MiB"
+
+
 def test_gradients_match_dense():
     q, k, v = qkv((2,), 11, 11, 4, 2, 8, seed=1)
     positions = np.array([list(range(11)), [5, 6, 7, 8, 0, 1, 2, 3, 4, 5, 6]])
