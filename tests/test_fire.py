@@ -92,6 +92,68 @@ def test_shift_invariance_helper_fails_beyond_the_threshold():
         shift_check(params(), np.arange(6) + 20, [50], init_threshold=4.0)
 
 
+def reference_per_head(p, q_pos, k_pos, init_threshold):
+    """The float64 formula, head by head (``c`` and the threshold [] or [N])."""
+    c = np.broadcast_to(np.asarray(p.c, np.float64), (N,))
+    multiplier = np.broadcast_to(np.asarray(p.threshold_multiplier, np.float64), (N,))
+    w1, b1, w2, b2 = (np.asarray(x, np.float64) for x in p[2:])
+    heads = [
+        ref.fire(
+            q_pos,
+            k_pos,
+            c[h],
+            multiplier[h] * init_threshold,
+            w1,
+            b1,
+            w2[:, h : h + 1],
+            b2[h : h + 1],
+        )
+        for h in range(N)
+    ]
+    return np.concatenate(heads)
+
+
+@pytest.mark.parametrize("per_head", [False, True], ids=["shared-u", "per-head-u"])
+def test_derivatives_equal_float64_central_differences(per_head):
+    """Forward mode (jvp) and reverse mode (grad) of FIRE's bias along a random
+    direction in every parameter, through the MLP's own derivative rule (matmuls
+    over the hidden units), equal central differences of the float64 formula; with
+    c and the threshold shared by the heads (one u) or per head (u per head)."""
+    p = params()
+    if per_head:
+        p = p._replace(
+            c=jnp.array([0.3, 0.1, 0.5]),
+            threshold_multiplier=jnp.array([1.0, 0.5, 2.5]),  # thresholds 8, 4, 20
+        )
+    q_pos, k_pos = np.array([0, 1, 5, 16, 40]), np.array([0, 2, 5, 9])
+    rng = np.random.default_rng(7)
+    cotangent = rng.standard_normal((N, 5, 4))
+    direction = [rng.standard_normal(np.shape(x)) for x in p]
+
+    def loss64(t):
+        moved = fp.FireParams(
+            *(
+                np.asarray(x, np.float64) + t * d
+                for x, d in zip(p, direction, strict=True)
+            )
+        )
+        return np.sum(cotangent * reference_per_head(moved, q_pos, k_pos, 8.0))
+
+    step = 1e-6
+    want = (loss64(step) - loss64(-step)) / (2 * step)
+
+    def loss(p):
+        bias = fp.fire_bias(q_pos, k_pos, p, init_threshold=8.0)
+        return jnp.sum(jnp.asarray(cotangent, jnp.float32) * bias)
+
+    tangent = fp.FireParams(*(jnp.asarray(d, jnp.float32) for d in direction))
+    _, forward = jax.jit(lambda p, t: jax.jvp(loss, (p,), (t,)))(p, tangent)
+    grads = jax.jit(jax.grad(loss))(p)
+    reverse = sum(jnp.vdot(g, t) for g, t in zip(grads, tangent, strict=True))
+    np.testing.assert_allclose(forward, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(reverse, want, rtol=1e-4, atol=1e-4)
+
+
 def test_gradients_finite_at_distance_zero():
     p = params()
 
