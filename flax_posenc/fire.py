@@ -213,7 +213,7 @@ def _mlp(
 def _mlp_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
     """The MLP's JVP through its ``[..., 1 or N, l, s, W]`` pre-activations; linear
     in the tangents as einsums, so reverse mode transposes it to matmuls."""
-    u, w1, b1, w2, b2 = primals
+    u, w1, b1, w2, _ = primals  # b2 enters the tangent only through db2
     du, dw1, db1, dw2, db2 = tangents
     exact = jax.lax.Precision.HIGHEST  # float32 passes on every backend
     units = (1,) * u.ndim + (-1,)  # W last
