@@ -18,8 +18,9 @@ the bias is *not* a function of ``i - j`` alone, so FIRE is not shift invariant
 beyond the threshold (it is below it, where the normaliser is constant).
 
 :class:`FireBias` is its tile form for :func:`flax_posenc.blockwise_attention`; the
-MLP is evaluated per tile as one fused accumulation over its hidden units, so no
-``[l, s, W]`` hidden array is stored.
+MLP is evaluated per tile as one fused accumulation over its hidden units, so the
+forward stores no ``[l, s, W]`` hidden array. Its derivatives form that array for
+one tile at a time and contract it with matmuls (the MLP's own JVP rule).
 
 Reference: Li, You, Bhojanapalli, Li, Rawat, Reddi, Ye, Chern, Yu, Guo, Kumar,
 "Functional Interpolation for Relative Positions Improves Long Context
