@@ -416,7 +416,23 @@ def _update(
     carry: tuple[jax.Array, jax.Array, jax.Array],
     tile: Tile,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """One online-softmax step over the keys ``[k_start, k_start + block_k)``."""
+    """One online-softmax step over the keys ``[k_start, k_start + block_k)``.
+
+    A bias with a ``tile_cases(q_positions, k_positions) -> (index, cases)``
+    method (see :data:`flax_posenc.PositionBias`) picks, per tile, the case that
+    is exact there; each case's step is its own branch, so its bias still fuses
+    into the logits (a switch inside the bias would store its tile)."""
+    tile_cases = getattr(bias, "tile_cases", None)
+    if tile_cases is not None and q_positions is not None and k_positions is not None:
+        rows, cols = tile.q_block.shape[1], tile.k_block.shape[1]
+        q_pos = jax.lax.dynamic_slice_in_dim(q_positions, tile.q_start, rows, axis=1)
+        k_pos = jax.lax.dynamic_slice_in_dim(k_positions, tile.k_start, cols, axis=1)
+        index, cases = tile_cases(q_pos, k_pos)
+        steps = [
+            functools.partial(_update, case, q_positions, k_positions, scale, precision)
+            for case in cases
+        ]
+        return jax.lax.switch(index, steps, carry, tile)
     row_max, denominator, acc = carry
     logits = jnp.einsum(
         "blkgh,bskh->bkgls",

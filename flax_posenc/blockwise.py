@@ -54,7 +54,15 @@ __all__ = [
 
 PositionBias = Callable[[jax.Array, jax.Array], jax.Array]
 """A bias as a function of positions: ``(q_positions [..., l], k_positions [..., s])
--> float [..., N, l, s]``, called on each tile by :func:`blockwise_attention`."""
+-> float [..., N, l, s]``, called on each tile by :func:`blockwise_attention`.
+
+A bias whose cheapest exact form depends on the tile may also define
+``tile_cases(q_positions, k_positions) -> (index, cases)``: a tuple of such
+functions for that tile and the int32 index of one that is exact there
+(:class:`flax_posenc.FireBias` evaluates only the hidden units that change sign over
+the tile). Blockwise and ring attention then run each case as its own branch of the
+tile's step, so the chosen bias still fuses into the logits; dense attention calls
+the bias itself."""
 
 
 @jax.tree_util.register_static

@@ -19,8 +19,12 @@ beyond the threshold (it is below it, where the normaliser is constant).
 
 :class:`FireBias` is its tile form for :func:`flax_posenc.blockwise_attention`; the
 MLP is evaluated per tile as one fused accumulation over its hidden units, so the
-forward stores no ``[l, s, W]`` hidden array. Its derivatives form that array for
-one tile at a time and contract it with matmuls (the MLP's own JVP rule).
+forward stores no ``[l, s, W]`` hidden array. It is piecewise linear in ``u``: over
+one tile's range of ``u`` most units keep one sign (far from the diagonal that
+range is narrow), so a tile where at most eight change sign evaluates only those,
+with the always-active ones summed into one line (``FireBias.tile_cases``); other
+tiles evaluate all ``W``. Its derivatives form the hidden array for one tile at a
+time and contract it with matmuls (the MLP's own JVP rule).
 
 Reference: Li, You, Bhojanapalli, Li, Rawat, Reddi, Ye, Chern, Yu, Guo, Kumar,
 "Functional Interpolation for Relative Positions Improves Long Context
@@ -32,6 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -168,9 +173,25 @@ def _fire(
     eps: float,
 ) -> jax.Array:
     """:func:`fire_bias` of checked arguments: float32 ``[..., N, L, S]``."""
+    f32 = _as_float32(params)
+    u = _normalised_distance(q_positions, k_positions, f32, init_threshold, eps)
+    out = _mlp(
+        u, f32.hidden_kernel, f32.hidden_bias, f32.output_kernel, f32.output_bias
+    )
+    return jax.lax.optimization_barrier(out)
+
+
+def _normalised_distance(
+    q_positions: jax.Array,
+    k_positions: jax.Array,
+    f32: FireParams,
+    init_threshold: float,
+    eps: float,
+) -> jax.Array:
+    """``u(i, j)``, float32 ``[..., 1 or N, L, S]`` (one per head when ``c`` or the
+    threshold is)."""
     distance = offsets(q_positions, k_positions)  # [..., L, S]
     q_positions = jnp.broadcast_to(q_positions, distance.shape[:-1])
-    f32 = _as_float32(params)
     heads_shape = (1,) * (distance.ndim - 2) + (-1, 1, 1)
     c = jnp.abs(f32.c).reshape(heads_shape)  # [.., 1 or N, 1, 1]
     threshold = jnp.abs(f32.threshold_multiplier * init_threshold)
@@ -178,15 +199,11 @@ def _fire(
     d = jnp.abs(distance).astype(jnp.float32)[..., None, :, :]
     q = q_positions.astype(jnp.float32)[..., None, :, None]
     normaliser = jnp.log1p(c * jnp.maximum(q, threshold)) + eps
-    u = jnp.log1p(c * d) / normaliser  # [..., 1 or N, L, S]
-    # u and the result are kept whole (optimization barriers): fused into their
-    # consumers, XLA would evaluate the logs and the MLP several times per pair
-    # (two orders of magnitude slower on CPU).
-    u = jax.lax.optimization_barrier(u)
-    out = _mlp(
-        u, f32.hidden_kernel, f32.hidden_bias, f32.output_kernel, f32.output_bias
-    )
-    return jax.lax.optimization_barrier(out)
+    u = jnp.log1p(c * d) / normaliser
+    # Kept whole (an optimization barrier): fused into its consumers, XLA would
+    # evaluate the logs once per hidden unit and head (two orders of magnitude
+    # slower on CPU).
+    return jax.lax.optimization_barrier(u)
 
 
 @jax.custom_jvp
@@ -233,6 +250,65 @@ def _mlp_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
     d_out = d_out + jnp.einsum(spec, hidden, dw2, precision=exact)
     d_out = d_out + db2.reshape((1,) * (u.ndim - 3) + (-1, 1, 1))
     return _mlp(*primals), d_out
+
+
+_Tile = Callable[..., jax.Array]  # one tile's bias, float32 [..., N, l, s]
+
+# The tile form evaluates only the hidden units whose pre-activation changes sign
+# over the tile's range of u (at most this many; more take the full MLP): a unit
+# active over the whole range is a line, folded into one, an inactive one is 0.
+_WINDOW = 8
+
+
+def _select_units(
+    u: jax.Array, w1: jax.Array, b1: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Classifies the hidden units over ``[min u, max u]``: ``(fits, always,
+    window)``, bool ``[]`` (at most :data:`_WINDOW` change sign), bool ``[W]``
+    (active throughout) and int32 ``[_WINDOW]`` (those that change sign, padded
+    with ``W``)."""
+    low, high = jnp.min(u), jnp.max(u)
+    pre_low, pre_high = w1 * low + b1, w1 * high + b1  # linear: ends bound it
+    always = (pre_low >= 0) & (pre_high >= 0)
+    mixed = ~always & ~((pre_low <= 0) & (pre_high <= 0))  # NaN: mixed
+    (window,) = jnp.nonzero(mixed, size=_WINDOW, fill_value=w1.shape[0])
+    return jnp.sum(mixed) <= _WINDOW, always, window
+
+
+@jax.custom_jvp
+def _window_mlp(
+    u: jax.Array,
+    w1: jax.Array,
+    b1: jax.Array,
+    w2: jax.Array,
+    b2: jax.Array,
+    always: jax.Array,
+    window: jax.Array,
+) -> jax.Array:
+    """:func:`_mlp` where every unit outside ``window`` keeps one sign over ``u``
+    (see :func:`_select_units`): the ``always``-active ones summed into one line
+    ``slope u + intercept``, the others 0, the ``window`` units evaluated. Equal to
+    :func:`_mlp` up to rounding (a pre-activation within rounding of 0 at an end
+    of the range may count as either sign); NaN parameters stay NaN."""
+    lead = (1,) * (u.ndim - 3)
+    per_head = lambda a: a.reshape(lead + (-1, 1, 1))
+    slope = jnp.sum(jnp.where(always[:, None], w1[:, None] * w2, 0.0), axis=0)
+    # 0 * w2, not 0: a NaN in an inactive unit's W2 is NaN in _mlp too.
+    folded = jnp.where(always[:, None], b1[:, None] * w2, 0.0 * w2)
+    out = per_head(slope) * u + per_head(b2 + jnp.sum(folded, axis=0))
+    pad = lambda a: jnp.concatenate([a, jnp.zeros_like(a[:1])])[window]  # W: 0
+    # Gathered whole (a barrier): fused, each tile element would gather them.
+    w1, b1, w2 = jax.lax.optimization_barrier((pad(w1), pad(b1), pad(w2)))
+    for m in range(window.shape[0]):
+        hidden = jax.nn.relu(u * w1[m] + b1[m])
+        out = out + per_head(w2[m]) * hidden
+    return out
+
+
+@_window_mlp.defjvp
+def _window_mlp_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
+    """The MLP's own JVP (:func:`_mlp_jvp`): the selection has no tangent."""
+    return _window_mlp(*primals), _mlp_jvp(primals[:5], tangents[:5])[1]
 
 
 def _as_float32(params: FireParams) -> FireParams:
@@ -286,6 +362,25 @@ class FireBias:
         return _fire(
             q_positions, k_positions, self.params, self.init_threshold, self.eps
         )
+
+    def tile_cases(
+        self, q_positions: jax.Array, k_positions: jax.Array
+    ) -> tuple[jax.Array, tuple[_Tile, _Tile]]:
+        """The two exact forms of one tile, for blockwise attention: ``(index,
+        (windowed, full))``, where ``windowed`` evaluates only the hidden units that
+        change sign over the tile's range of ``u`` and is the one picked (index 0)
+        when at most eight do; ``full`` is the whole MLP. Each ignores the
+        positions it is called with: both are this tile's."""
+        q_positions, k_positions = check_position_pairs(q_positions, k_positions)
+        f32 = _as_float32(self.params)
+        u = _normalised_distance(
+            q_positions, k_positions, f32, self.init_threshold, self.eps
+        )
+        mlp = (f32.hidden_kernel, f32.hidden_bias, f32.output_kernel, f32.output_bias)
+        fits, always, window = _select_units(u, *mlp[:2])
+        windowed = lambda *_: _window_mlp(u, *mlp, always, window)
+        full = lambda *_: _mlp(u, *mlp)
+        return jnp.where(fits, 0, 1), (windowed, full)
 
 
 def _flatten(bias: FireBias) -> tuple[tuple[FireParams], tuple[float, float]]:

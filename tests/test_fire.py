@@ -198,6 +198,115 @@ def test_blockwise_equals_dense_and_no_retrace():
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
 
 
+def spread_params(width=16):
+    """Hidden units whose breakpoints -b1/w1 spread over (0, 1), alternately rising
+    and falling: near the diagonal a tile's u spans most of [0, 1] and every unit
+    changes sign there, far from it only one or two do."""
+    breakpoints = (jnp.arange(width) + 0.5) / width
+    w1 = jnp.where(jnp.arange(width) % 2 == 0, 1.0, -1.0) * (1 + breakpoints)
+    return params()._replace(
+        hidden_kernel=w1,
+        hidden_bias=-w1 * breakpoints,
+        output_kernel=normal((width, N), seed=9),
+    )
+
+
+TILES = {  # (first query, first key) of 16 x 16 tiles, init_threshold 8
+    "diagonal": (0, 0),
+    "next to the diagonal": (32, 16),
+    "far": (200, 0),
+    "far, second block": (200, 16),
+}
+
+
+def tile(name):
+    q0, k0 = TILES[name]
+    return jnp.arange(q0, q0 + 16), jnp.arange(k0, k0 + 16)
+
+
+@pytest.mark.parametrize("name", TILES)
+def test_tile_cases_pick_an_exact_case(name):
+    """FireBias.tile_cases: the picked case and the full MLP both equal the float64
+    formula on the tile; the windowed case (index 0) is picked exactly when at most
+    eight units change sign. Kills a unit folded with the wrong sign, an inverted
+    index, a window that drops a unit it should keep."""
+    p = spread_params()
+    q_pos, k_pos = tile(name)
+    index, cases = fp.FireBias(p, init_threshold=8.0).tile_cases(q_pos, k_pos)
+    want = reference(p, q_pos, k_pos, 8.0)
+    np.testing.assert_allclose(cases[int(index)](q_pos, k_pos), want, atol=2e-5)
+    np.testing.assert_allclose(cases[1](q_pos, k_pos), want, atol=2e-5)
+    u = np.asarray(
+        reference(
+            params()._replace(  # identity MLP: f(u) = u
+                hidden_kernel=jnp.ones(1),
+                hidden_bias=jnp.zeros(1),
+                output_kernel=jnp.ones((1, 1)),
+                output_bias=jnp.zeros(1),
+            ),
+            q_pos,
+            k_pos,
+            8.0,
+        )
+    )
+    t = -np.asarray(p.hidden_bias) / np.asarray(p.hidden_kernel)
+    changing = np.sum((t > u.min()) & (t < u.max()))
+    assert int(index) == (0 if changing <= 8 else 1), changing
+
+
+def test_tile_cases_keep_a_nan_parameter():
+    """A NaN in the output weights of a unit (1, falling) inactive over the tile makes the full
+    MLP NaN (0 * NaN); the windowed case, which drops that unit, must be NaN too."""
+    p = spread_params()
+    q_pos, k_pos = tile("far")
+    p = p._replace(output_kernel=p.output_kernel.at[1, 1].set(jnp.nan))
+    index, cases = fp.FireBias(p, init_threshold=8.0).tile_cases(q_pos, k_pos)
+    assert int(index) == 0
+    assert np.isnan(cases[0](q_pos, k_pos)[1]).all()
+    assert np.isnan(cases[1](q_pos, k_pos)[1]).all()
+
+
+def test_blockwise_with_both_tile_cases_equals_dense_forward_and_gradient():
+    """Causal blockwise attention over 16 x 16 tiles whose FIRE bias takes the
+    windowed case on some tiles and the full MLP on others equals dense attention
+    with fire_bias, in value and in the gradient w.r.t. q and the parameters."""
+    p = spread_params()
+    length = 224
+    positions = jnp.arange(length)
+    q = normal((1, length, N, 8), seed=3)
+    bias = fp.FireBias(p, init_threshold=8.0)
+    cases = {int(bias.tile_cases(*tile(name))[0]) for name in TILES}
+    assert cases == {0, 1}
+    cotangent = normal((1, length, N, 8), seed=5)
+
+    def blockwise(q, p):
+        out = fp.blockwise_attention(
+            q,
+            q,
+            q,
+            q_positions=positions,
+            bias=fp.FireBias(p, init_threshold=8.0),
+            causal=True,
+            block_q=16,
+            block_k=16,
+        )
+        return jnp.sum(out * cotangent), out
+
+    def dense(q, p):
+        mask = positions[None, :] <= positions[:, None]
+        b = fp.fire_bias(positions, positions, p, init_threshold=8.0)
+        out = jax.nn.dot_product_attention(q, q, q, bias=b[None], mask=mask)
+        return jnp.sum(out * cotangent), out
+
+    grad = lambda f: jax.jit(jax.grad(f, argnums=(0, 1), has_aux=True))(q, p)
+    (got_q, got_p), got = grad(blockwise)
+    (want_q, want_p), want = grad(dense)
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+    np.testing.assert_allclose(got_q, want_q, rtol=1e-4, atol=1e-5)
+    for name, g, w in zip(fp.FireParams._fields, got_p, want_p, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=name)
+
+
 def test_linen_equals_nnx_with_copied_parameters():
     positions = jnp.arange(7)[None]
     linen_module = pl.FIRE(N, mlp_width=W, init_threshold=4.0)
