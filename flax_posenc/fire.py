@@ -21,9 +21,9 @@ beyond the threshold (it is below it, where the normaliser is constant).
 MLP is evaluated per tile as one fused accumulation over its hidden units, so the
 forward stores no ``[l, s, W]`` hidden array. It is piecewise linear in ``u``: over
 one tile's range of ``u`` most units keep one sign (far from the diagonal that
-range is narrow), so a tile where at most eight change sign evaluates only those,
-with the always-active ones summed into one line (``FireBias.tile_cases``); other
-tiles evaluate all ``W``. Its derivatives form the hidden array for one tile at a
+range is narrow), so a tile where at most 2 (or 8) change sign evaluates only
+those, with the always-active ones summed into one line (``FireBias.tile_cases``);
+other tiles evaluate all ``W``. Its derivatives form the hidden array for one tile at a
 time and contract it with matmuls (the MLP's own JVP rule).
 
 Reference: Li, You, Bhojanapalli, Li, Rawat, Reddi, Ye, Chern, Yu, Guo, Kumar,
@@ -255,24 +255,25 @@ def _mlp_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
 _Tile = Callable[..., jax.Array]  # one tile's bias, float32 [..., N, l, s]
 
 # The tile form evaluates only the hidden units whose pre-activation changes sign
-# over the tile's range of u (at most this many; more take the full MLP): a unit
-# active over the whole range is a line, folded into one, an inactive one is 0.
-_WINDOW = 8
+# over the tile's range of u, in the smallest of these windows that holds them
+# (more take the full MLP): a unit active over the whole range is a line, folded
+# into one, an inactive one is 0.
+_WINDOWS = (2, 8)
 
 
 def _select_units(
     u: jax.Array, w1: jax.Array, b1: jax.Array
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Classifies the hidden units over ``[min u, max u]``: ``(fits, always,
-    window)``, bool ``[]`` (at most :data:`_WINDOW` change sign), bool ``[W]``
-    (active throughout) and int32 ``[_WINDOW]`` (those that change sign, padded
-    with ``W``)."""
+    """Classifies the hidden units over ``[min u, max u]``: ``(mixed, always,
+    order)``, bool ``[W]`` (changes sign), bool ``[W]`` (active throughout), and
+    int32 ``[max(_WINDOWS)]``: the first units that change sign, padded with
+    ``W``."""
     low, high = jnp.min(u), jnp.max(u)
     pre_low, pre_high = w1 * low + b1, w1 * high + b1  # linear: ends bound it
     always = (pre_low >= 0) & (pre_high >= 0)
     mixed = ~always & ~((pre_low <= 0) & (pre_high <= 0))  # NaN: mixed
-    (window,) = jnp.nonzero(mixed, size=_WINDOW, fill_value=w1.shape[0])
-    return jnp.sum(mixed) <= _WINDOW, always, window
+    (order,) = jnp.nonzero(mixed, size=max(_WINDOWS), fill_value=w1.shape[0])
+    return jnp.sum(mixed), always, order
 
 
 @jax.custom_jvp
@@ -309,6 +310,13 @@ def _window_mlp(
 def _window_mlp_jvp(primals: tuple, tangents: tuple) -> tuple[jax.Array, jax.Array]:
     """The MLP's own JVP (:func:`_mlp_jvp`): the selection has no tangent."""
     return _window_mlp(*primals), _mlp_jvp(primals[:5], tangents[:5])[1]
+
+
+def _windowed(
+    u: jax.Array, mlp: tuple, always: jax.Array, window: jax.Array, *_: Any
+) -> jax.Array:
+    """A tile case: :func:`_window_mlp` of the tile's ``u`` (positions ignored)."""
+    return _window_mlp(u, *mlp, always, window)
 
 
 def _as_float32(params: FireParams) -> FireParams:
@@ -365,22 +373,27 @@ class FireBias:
 
     def tile_cases(
         self, q_positions: jax.Array, k_positions: jax.Array
-    ) -> tuple[jax.Array, tuple[_Tile, _Tile]]:
-        """The two exact forms of one tile, for blockwise attention: ``(index,
-        (windowed, full))``, where ``windowed`` evaluates only the hidden units that
-        change sign over the tile's range of ``u`` and is the one picked (index 0)
-        when at most eight do; ``full`` is the whole MLP. Each ignores the
-        positions it is called with: both are this tile's."""
+    ) -> tuple[jax.Array, tuple[_Tile, ...]]:
+        """The exact forms of one tile, for blockwise attention: ``(index,
+        cases)``. Case ``i < len(_WINDOWS)`` evaluates only the hidden units that
+        change sign over the tile's range of ``u``, at most ``_WINDOWS[i]`` of
+        them (2 or 8); the last case is the whole MLP. ``index`` picks the first
+        that holds them. Each ignores the positions it is called with: all are
+        this tile's."""
         q_positions, k_positions = check_position_pairs(q_positions, k_positions)
         f32 = _as_float32(self.params)
         u = _normalised_distance(
             q_positions, k_positions, f32, self.init_threshold, self.eps
         )
         mlp = (f32.hidden_kernel, f32.hidden_bias, f32.output_kernel, f32.output_bias)
-        fits, always, window = _select_units(u, *mlp[:2])
-        windowed = lambda *_: _window_mlp(u, *mlp, always, window)
+        count, always, order = _select_units(u, *mlp[:2])
+        windowed = [
+            functools.partial(_windowed, u, mlp, always, order[:size])
+            for size in _WINDOWS
+        ]
         full = lambda *_: _mlp(u, *mlp)
-        return jnp.where(fits, 0, 1), (windowed, full)
+        index = jnp.sum(count > jnp.array(_WINDOWS, jnp.int32))
+        return index, (*windowed, full)
 
 
 def _flatten(bias: FireBias) -> tuple[tuple[FireParams], tuple[float, float]]:

@@ -28,6 +28,7 @@ from test_blockwise import (
     qkv,
     t5_reference,
 )
+from test_fire import spread_params
 from test_sharding import hlo_collectives
 
 import flax_posenc as fp
@@ -200,6 +201,48 @@ def test_gradients_equal_dense_with_t5_table(kv_chunks):
 
     for got, want in zip(grads(ring), grads(dense), strict=True):
         np.testing.assert_allclose(got, want, **TOL)
+
+
+@pytest.mark.slow
+def test_fire_tile_cases_through_the_ring_equal_blockwise():
+    """FIRE, whose tiles pick the windowed MLP or the full one (tile_cases), through
+    the ring: output and gradients w.r.t. q and the parameters equal single-device
+    blockwise attention; both cases occur among the ring's tiles."""
+    params = spread_params()
+    length, block = 128, 8  # 16 rows per shard
+    positions = jnp.arange(length)
+    q = normal((1, length, 3, 8), seed=2)
+    starts = range(0, length, block)
+    cases = {
+        int(
+            fp.FireBias(params, init_threshold=8.0).tile_cases(
+                positions[i : i + block], positions[j : j + block]
+            )[0]
+        )
+        for i in starts
+        for j in starts
+        if j <= i
+    }
+    assert cases == {0, 1, 2}  # windows of 2 and 8 units, the full MLP
+    kwargs = dict(q_positions=positions, causal=True, block_q=block, block_k=block)
+
+    def ring(q, p):
+        bias = fp.FireBias(p, init_threshold=8.0)
+        return fp.sharded_ring_attention(
+            q, q, q, mesh=mesh_of(), axis_name="seq", bias=bias, **kwargs
+        )
+
+    def blockwise(q, p):
+        bias = fp.FireBias(p, init_threshold=8.0)
+        return fp.blockwise_attention(q, q, q, bias=bias, **kwargs)
+
+    def value_and_grads(attend):
+        loss = lambda q, p: jnp.sum(jnp.sin(attend(q, p)))
+        return jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))(q, params)
+
+    got, want = value_and_grads(ring), value_and_grads(blockwise)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
 
 
 def tile_counts(positions, num_devices, block):
