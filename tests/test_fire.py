@@ -224,100 +224,112 @@ def tile(name):
     return jnp.arange(q0, q0 + 16), jnp.arange(k0, k0 + 16)
 
 
+@jax.jit
+def evaluate_tile_cases(p, q_pos, k_pos):
+    """FireBias.tile_cases: (index, every case's bias stacked [cases, N, l, s])."""
+    index, cases = fp.FireBias(p, init_threshold=8.0).tile_cases(q_pos, k_pos)
+    return index, jnp.stack([case(q_pos, k_pos) for case in cases])
+
+
 @pytest.mark.parametrize(
     "name",
     [
         name
-        if name in ("diagonal", "far")
+        if name != "far, second block"
         else pytest.param(name, marks=pytest.mark.slow)
         for name in TILES
     ],
 )
 def test_tile_cases_pick_an_exact_case(name):
-    """FireBias.tile_cases: the picked case and the full MLP both equal the float64
-    formula on the tile; the smallest window (2 or 8 units) that holds the units
-    that change sign is picked, the full MLP (the last case) when none does. Kills a unit folded with the wrong sign, an inverted
-    index, a window that drops a unit it should keep."""
+    """FireBias.tile_cases: the picked case and the full MLP (the last) both equal
+    the float64 formula on the tile; the picked one is the smallest window (2 or 8
+    units) that holds the units that change sign, the full MLP when none does.
+    Kills a unit folded with the wrong sign, an inverted index, a window that drops
+    a unit it should keep."""
     p = spread_params()
     q_pos, k_pos = tile(name)
-    index, cases = fp.FireBias(p, init_threshold=8.0).tile_cases(q_pos, k_pos)
+    index, cases = evaluate_tile_cases(p, q_pos, k_pos)
     want = reference(p, q_pos, k_pos, 8.0)
-    np.testing.assert_allclose(cases[int(index)](q_pos, k_pos), want, atol=2e-5)
-    np.testing.assert_allclose(cases[-1](q_pos, k_pos), want, atol=2e-5)
-    u = np.asarray(
-        reference(
-            params()._replace(  # identity MLP: f(u) = u
-                hidden_kernel=jnp.ones(1),
-                hidden_bias=jnp.zeros(1),
-                output_kernel=jnp.ones((1, 1)),
-                output_bias=jnp.zeros(1),
-            ),
-            q_pos,
-            k_pos,
-            8.0,
-        )
+    np.testing.assert_allclose(cases[int(index)], want, atol=2e-5)
+    np.testing.assert_allclose(cases[-1], want, atol=2e-5)
+    identity = dict(  # f(u) = u
+        hidden_kernel=jnp.ones(1),
+        hidden_bias=jnp.zeros(1),
+        output_kernel=jnp.ones((1, 1)),
+        output_bias=jnp.zeros(1),
     )
+    u = reference(params()._replace(**identity), q_pos, k_pos, 8.0)
     t = -np.asarray(p.hidden_bias) / np.asarray(p.hidden_kernel)
     changing = np.sum((t > u.min()) & (t < u.max()))
-    assert len(cases) == 3 and int(index) == int(changing > 2) + int(changing > 8), (
-        changing
-    )
+    assert len(cases) == 3
+    assert int(index) == int(changing > 2) + int(changing > 8), changing
 
 
 def test_tile_cases_keep_a_nan_parameter():
-    """A NaN in the output weights of a unit (1, falling) inactive over the tile makes the full
-    MLP NaN (0 * NaN); the windowed case, which drops that unit, must be NaN too."""
+    """A NaN in the output weights of a unit (1, falling) inactive over the tile
+    makes the full MLP NaN (0 * NaN); the windowed cases, which drop that unit,
+    must be NaN too."""
     p = spread_params()
-    q_pos, k_pos = tile("far")
     p = p._replace(output_kernel=p.output_kernel.at[1, 1].set(jnp.nan))
-    index, cases = fp.FireBias(p, init_threshold=8.0).tile_cases(q_pos, k_pos)
+    index, cases = evaluate_tile_cases(p, *tile("far"))
     assert int(index) == 0
-    for case in cases:
-        assert np.isnan(case(q_pos, k_pos)[1]).all()
+    assert np.isnan(cases[:, 1]).all()
 
 
-def test_blockwise_with_both_tile_cases_equals_dense_forward_and_gradient():
-    """Causal blockwise attention over 16 x 16 tiles whose FIRE bias takes the
-    windowed case on some tiles and the full MLP on others equals dense attention
-    with fire_bias, in value and in the gradient w.r.t. q and the parameters."""
+def blockwise_fire(q, p, positions):
+    return fp.blockwise_attention(
+        q,
+        q,
+        q,
+        q_positions=positions,
+        bias=fp.FireBias(p, init_threshold=8.0),
+        causal=True,
+        block_q=16,
+        block_k=16,
+    )
+
+
+def dense_fire(q, p, positions):
+    mask = positions[None, :] <= positions[:, None]
+    b = fp.fire_bias(positions, positions, p, init_threshold=8.0)
+    return jax.nn.dot_product_attention(q, q, q, bias=b[None], mask=mask)
+
+
+def test_blockwise_with_every_tile_case_equals_dense():
+    """Causal blockwise attention over 16 x 16 tiles whose FIRE bias takes a window
+    of 2 units on some tiles, of 8 on others and the full MLP on the rest equals
+    dense attention with fire_bias."""
     p = spread_params()
-    length = 224
-    positions = jnp.arange(length)
-    q = normal((1, length, N, 8), seed=3)
-    bias = fp.FireBias(p, init_threshold=8.0)
-    starts = range(0, length, 16)
+    positions = jnp.arange(224)
+    starts = range(0, 224, 16)
+    index = jax.jit(lambda p, q_pos, k_pos: evaluate_tile_cases(p, q_pos, k_pos)[0])
     cases = {
-        int(bias.tile_cases(positions[i : i + 16], positions[j : j + 16])[0])
+        int(index(p, positions[i : i + 16], positions[j : j + 16]))
         for i in starts
         for j in starts
         if j <= i
     }
-    assert cases == {0, 1, 2}  # windows of 2 and 8 units, the full MLP
-    cotangent = normal((1, length, N, 8), seed=5)
-
-    def blockwise(q, p):
-        out = fp.blockwise_attention(
-            q,
-            q,
-            q,
-            q_positions=positions,
-            bias=fp.FireBias(p, init_threshold=8.0),
-            causal=True,
-            block_q=16,
-            block_k=16,
-        )
-        return jnp.sum(out * cotangent), out
-
-    def dense(q, p):
-        mask = positions[None, :] <= positions[:, None]
-        b = fp.fire_bias(positions, positions, p, init_threshold=8.0)
-        out = jax.nn.dot_product_attention(q, q, q, bias=b[None], mask=mask)
-        return jnp.sum(out * cotangent), out
-
-    grad = lambda f: jax.jit(jax.grad(f, argnums=(0, 1), has_aux=True))(q, p)
-    (got_q, got_p), got = grad(blockwise)
-    (want_q, want_p), want = grad(dense)
+    assert cases == {0, 1, 2}
+    q = normal((1, 224, N, 8), seed=3)
+    got = jax.jit(blockwise_fire)(q, p, positions)
+    want = jax.jit(dense_fire)(q, p, positions)
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.slow
+def test_blockwise_with_every_tile_case_has_the_dense_gradient():
+    """The same attention's gradient w.r.t. q and FIRE's parameters (the windowed
+    cases differentiate through the MLP's own JVP rule) equals dense attention's."""
+    p = spread_params()
+    positions = jnp.arange(224)
+    q = normal((1, 224, N, 8), seed=3)
+    cotangent = normal((1, 224, N, 8), seed=5)
+
+    def grads(attend):
+        loss = lambda q, p: jnp.sum(attend(q, p, positions) * cotangent)
+        return jax.jit(jax.grad(loss, argnums=(0, 1)))(q, p)
+
+    (got_q, got_p), (want_q, want_p) = grads(blockwise_fire), grads(dense_fire)
     np.testing.assert_allclose(got_q, want_q, rtol=1e-4, atol=1e-5)
     for name, g, w in zip(fp.FireParams._fields, got_p, want_p, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=name)

@@ -213,12 +213,11 @@ def test_fire_tile_cases_through_the_ring_equal_blockwise():
     positions = jnp.arange(length)
     q = normal((1, length, 3, 8), seed=2)
     starts = range(0, length, block)
+    index = jax.jit(
+        lambda p, q, k: fp.FireBias(p, init_threshold=8.0).tile_cases(q, k)[0]
+    )
     cases = {
-        int(
-            fp.FireBias(params, init_threshold=8.0).tile_cases(
-                positions[i : i + block], positions[j : j + block]
-            )[0]
-        )
+        int(index(params, positions[i : i + block], positions[j : j + block]))
         for i in starts
         for j in starts
         if j <= i
