@@ -322,7 +322,15 @@ def memory_biases():
     }
 
 
-@pytest.mark.parametrize("name", list(memory_biases()))
+@pytest.mark.parametrize(
+    "name",
+    [
+        name
+        if name in ("kerple_log", "fire")
+        else pytest.param(name, marks=pytest.mark.slow)
+        for name in memory_biases()
+    ],
+)
 def test_an_expensive_bias_stores_no_tile_beyond_alibi(name):
     """Compiled temp memory of causal blockwise attention with the bias is ALiBi's
     plus at most one [block, block] float32 array (a distance or FIRE's u shared by

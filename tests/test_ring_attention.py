@@ -118,7 +118,7 @@ def split_static(kwargs):
     return arrays, static
 
 
-@pytest.mark.parametrize("kv_chunks", [1, 2])
+@pytest.mark.parametrize("kv_chunks", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_forward_equals_dense_and_blockwise_and_hlo_has_only_permutes(kv_chunks):
     """ALiBi (6 heads), causal, packed segments crossing shards, GQA, 6 rows per
     shard with 4-row blocks (chunks of 3 keys: shorter than a tile); the compiled
