@@ -6,8 +6,8 @@ tile from positions: ``alibi`` (the baseline), ``kerple_log``, ``kerple_power``,
 ``fire`` (MLP width 32, random init), ``fire_spread`` (its hidden units'
 breakpoints spread evenly over ``u``'s range ``(0, 1)``, so more tiles change sign
 in more units), ``fire_full_mlp`` (every tile through the whole MLP, as without
-``FireBias.tile_cases``; for reference) and ``t5`` (for reference). For each it prints the compile
-time, the steady-state time (``block_until_ready``, round-robin repeats, median), the
+``FireBias.tile_cases``; for reference) and ``t5`` (for reference). For each it
+prints the compile time, the steady-state time (``block_until_ready``, round-robin repeats, median), the
 compiled temp memory (``memory_analysis().temp_size_in_bytes``), and both as ratios
 to ALiBi's, next to issue 20's targets (time <= 1.5x, temp memory <= 1.2x). With
 ``--grad`` it also times the gradient of ``sum(out)`` w.r.t. q, k, v and the bias

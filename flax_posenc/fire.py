@@ -23,8 +23,8 @@ forward stores no ``[l, s, W]`` hidden array. It is piecewise linear in ``u``: o
 one tile's range of ``u`` most units keep one sign (far from the diagonal that
 range is narrow), so a tile where at most 2 (or 8) change sign evaluates only
 those, with the always-active ones summed into one line (``FireBias.tile_cases``);
-other tiles evaluate all ``W``. Its derivatives form the hidden array for one tile at a
-time and contract it with matmuls (the MLP's own JVP rule).
+other tiles evaluate all ``W``. Its derivatives form the hidden array for one tile
+at a time and contract it with matmuls (the MLP's own JVP rule).
 
 Reference: Li, You, Bhojanapalli, Li, Rawat, Reddi, Ye, Chern, Yu, Guo, Kumar,
 "Functional Interpolation for Relative Positions Improves Long Context
@@ -264,10 +264,10 @@ _WINDOWS = (2, 8)
 def _select_units(
     u: jax.Array, w1: jax.Array, b1: jax.Array
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Classifies the hidden units over ``[min u, max u]``: ``(mixed, always,
-    order)``, bool ``[W]`` (changes sign), bool ``[W]`` (active throughout), and
-    int32 ``[max(_WINDOWS)]``: the first units that change sign, padded with
-    ``W``."""
+    """Classifies the hidden units over ``[min u, max u]``: ``(count, always,
+    order)``, int32 ``[]`` (how many change sign), bool ``[W]`` (active
+    throughout), and int32 ``[max(_WINDOWS)]``: the first units that change sign,
+    padded with ``W``."""
     low, high = jnp.min(u), jnp.max(u)
     pre_low, pre_high = w1 * low + b1, w1 * high + b1  # linear: ends bound it
     always = (pre_low >= 0) & (pre_high >= 0)
