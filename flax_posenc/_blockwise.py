@@ -171,7 +171,41 @@ def attention(
     options: Options,
     precision: Any,
 ) -> jax.Array:
-    """Blockwise attention of checked inputs, ``[..., L, N, Hv]`` in q's dtype."""
+    """Blockwise attention of checked inputs, ``[..., L, N, Hv]`` in q's dtype.
+
+    One compiled program per static configuration, so an eager call compiles once:
+    the bias's array leaves are traced arguments, the rest of it (its pytree
+    structure, a function, a frozen dataclass) is static. A bias with an unhashable
+    static part runs op by op, as it would without the wrapper.
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(bias)
+    traced = [leaf if _is_array(leaf) else None for leaf in leaves]
+    static = (treedef, tuple(None if _is_array(x) else x for x in leaves))
+    try:
+        hash(static)
+    except TypeError:
+        return online_softmax(prepare(q, k, v, arrays, options), bias, precision)
+    return _compiled_attention(q, k, v, arrays, traced, static, options, precision)
+
+
+def _is_array(leaf: Any) -> bool:
+    return isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float, complex))
+
+
+@functools.partial(jax.jit, static_argnames=("static", "options", "precision"))
+def _compiled_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    arrays: Arrays,
+    traced: list[Any],
+    static: tuple[Any, tuple[Any, ...]],
+    options: Options,
+    precision: Any,
+) -> jax.Array:
+    treedef, constants = static
+    leaves = [c if t is None else t for t, c in zip(traced, constants, strict=True)]
+    bias = jax.tree_util.tree_unflatten(treedef, leaves)
     return online_softmax(prepare(q, k, v, arrays, options), bias, precision)
 
 

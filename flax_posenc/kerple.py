@@ -8,10 +8,11 @@ Each head ``h`` adds a conditionally positive definite kernel of the distance
 
 The constraints hold by construction: the parameters are unconstrained reals and
 ``r1 = softplus(r1_unconstrained)``, ``r2 = softplus(r2_unconstrained)`` (log) or
-``r2 = 2 * sigmoid(r2_unconstrained)`` (power), so no optimiser step can leave the
-kernel's domain (the authors' code clamps after each step instead). ``softplus`` of
-a very negative value rounds to ``0``, which is the kernel without a bias, never a
-sign flip. ALiBi is the power kernel with ``r2 = 1`` and fixed ``r1``.
+``r2 = 2 * sigmoid(r2_unconstrained)`` (power), each floored at the smallest normal
+float32 (``2^-126``, reached only below a raw value of about -87, where softplus
+would round to 0), so no optimiser step can leave the kernel's domain (the authors'
+code clamps at ``1e-2`` after each step instead). Such tiny parameters still give a
+bias that rounds to 0: the kernel without a bias, never a sign flip. ALiBi is the power kernel with ``r2 = 1`` and fixed ``r1``.
 
 A function of ``q_pos - k_pos`` only, so it is shift invariant, and it serves causal
 and bidirectional attention alike. :class:`KerpleBias` is its tile form for
@@ -30,6 +31,7 @@ from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from flax_posenc._offsets import offsets
 from flax_posenc._validation import (
@@ -48,6 +50,7 @@ __all__ = [
 KerpleKernel = Literal["log", "power"]
 """``"log"``: ``-r1 log(1 + r2 d)``; ``"power"``: ``-r1 d^r2``."""
 _KERNELS = ("log", "power")
+_FLOOR = float(np.finfo(np.float32).tiny)  # the smallest normal float32, 2^-126
 
 
 def _check_parameters(r1_unconstrained: Any, r2_unconstrained: Any) -> int:
@@ -78,8 +81,10 @@ def kerple_parameters(
 ) -> tuple[jax.Array, jax.Array]:
     """The constrained ``(r1, r2)``, float32 ``[N]`` each, of unconstrained ones.
 
-    ``r1 = softplus(r1_unconstrained) >= 0``; ``r2 = softplus(r2_unconstrained)``
-    (log) or ``2 sigmoid(r2_unconstrained)`` in ``[0, 2]`` (power).
+    ``r1 = softplus(r1_unconstrained) > 0``; ``r2 = softplus(r2_unconstrained) > 0``
+    (log) or ``2 sigmoid(r2_unconstrained)`` in ``(0, 2]`` (power); each at least
+    ``2^-126``, the smallest normal float32 (softplus and sigmoid of a raw value
+    below about -87 would round to 0).
 
     Args:
       r1_unconstrained: floating ``[N]``.
@@ -109,7 +114,10 @@ def _constrained(
     r1 = jax.nn.softplus(jnp.asarray(r1, jnp.float32))
     r2 = jnp.asarray(r2, jnp.float32)
     r2 = jax.nn.softplus(r2) if kernel == "log" else 2.0 * jax.nn.sigmoid(r2)
-    return r1, r2
+    # softplus and sigmoid of a raw value below about -87 are subnormal, which XLA
+    # flushes to 0: the floor keeps both strictly positive. It changes no value
+    # above it, and the gradient it cuts was already flushed to 0.
+    return jnp.maximum(r1, _FLOOR), jnp.maximum(r2, _FLOOR)
 
 
 def kerple_bias(

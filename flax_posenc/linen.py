@@ -19,12 +19,11 @@ from flax.typing import Dtype
 from flax_posenc._embed import add_learned, add_sinusoidal, check_features
 from flax_posenc._exact_angles import AnglePrecision
 from flax_posenc._validation import check_bucket_sizes, check_positive_int
-from flax_posenc.alibi import alibi_bias
+from flax_posenc.blockwise import AlibiBias, RelativeBias
 from flax_posenc.cope import cope_bias
-from flax_posenc.fire import FireParams, fire_bias
-from flax_posenc.kerple import KerpleKernel, kerple_bias
+from flax_posenc.fire import FireBias, FireParams
+from flax_posenc.kerple import KerpleBias, KerpleKernel
 from flax_posenc.learned import OutOfRange
-from flax_posenc.relative import relative_position_bias
 from flax_posenc.rope import RopeConfig, apply_rope_qk
 from flax_posenc.rope_scaling import SeqLen
 from flax_posenc.sinusoidal import SinusoidalLayout, SinusoidalSpacing
@@ -179,7 +178,8 @@ class ALiBi(nn.Module):
     ``module(q_positions, k_positions=None)`` with integer ``q_positions [..., L]``
     and ``k_positions [..., S]`` (default: ``q_positions``, i.e. self-attention)
     returns ``-slope_h * |q_pos - k_pos|``, to add to attention logits. No
-    parameters.
+    parameters. ``module.apply({}, method="position_bias")`` is its tile form,
+    :class:`flax_posenc.AlibiBias`, for blockwise and ring attention.
 
     Attributes:
       num_heads: ``N``.
@@ -194,11 +194,15 @@ class ALiBi(nn.Module):
     num_heads: int
     dtype: Dtype | None = None
 
+    def position_bias(self) -> AlibiBias:
+        """This module as a :data:`flax_posenc.PositionBias`: ``AlibiBias(num_heads)``."""
+        return AlibiBias(self.num_heads)
+
     def __call__(
         self, q_positions: jax.Array, k_positions: jax.Array | None = None
     ) -> jax.Array:
         k_positions = q_positions if k_positions is None else k_positions
-        bias = alibi_bias(q_positions, k_positions, self.num_heads)
+        bias = self.position_bias()(q_positions, k_positions)
         return bias.astype(self.dtype or jnp.float32)
 
 
@@ -209,7 +213,9 @@ class RelativePositionBias(nn.Module):
     and ``k_positions [..., S]`` (default: ``q_positions``) returns ``[..., N, L, S]``,
     to add to attention logits. The parameter ``relative_attention_bias
     [num_buckets, num_heads]`` has Hugging Face's T5 layout, initialised
-    ``N(0, 0.02^2)`` by default.
+    ``N(0, 0.02^2)`` by default. ``module.apply(variables, method="position_bias")``
+    is its tile form, a :class:`flax_posenc.RelativeBias` with the table and every
+    bucket setting, for blockwise and ring attention.
 
     Attributes:
       num_heads: ``N``.
@@ -239,27 +245,31 @@ class RelativePositionBias(nn.Module):
     param_dtype: Dtype = jnp.float32
     embedding_init: Callable[..., jax.Array] = default_relative_bias_init
 
-    @nn.compact
-    def __call__(
-        self, q_positions: jax.Array, k_positions: jax.Array | None = None
-    ) -> jax.Array:
+    def setup(self):
         check_positive_int("num_heads", self.num_heads)
         check_bucket_sizes(self.num_buckets, self.max_distance, self.bidirectional)
-        table = self.param(
+        self.relative_attention_bias = self.param(
             "relative_attention_bias",
             self.embedding_init,
             (self.num_buckets, self.num_heads),
             self.param_dtype,
         )
-        k_positions = q_positions if k_positions is None else k_positions
-        bias = relative_position_bias(
-            table,
-            q_positions,
-            k_positions,
+
+    def position_bias(self) -> RelativeBias:
+        """This module as a :data:`flax_posenc.PositionBias`: a
+        :class:`flax_posenc.RelativeBias` of its table and bucket settings."""
+        return RelativeBias(
+            self.relative_attention_bias,
             bidirectional=self.bidirectional,
             max_distance=self.max_distance,
         )
-        return bias.astype(self.dtype or table.dtype)
+
+    def __call__(
+        self, q_positions: jax.Array, k_positions: jax.Array | None = None
+    ) -> jax.Array:
+        k_positions = q_positions if k_positions is None else k_positions
+        bias = self.position_bias()(q_positions, k_positions)
+        return bias.astype(self.dtype or self.param_dtype)
 
 
 def default_kerple_init(key: jax.Array, shape, dtype=jnp.float32) -> jax.Array:
@@ -275,6 +285,9 @@ class Kerple(nn.Module):
     ``module(q_positions, k_positions=None)`` (default keys: the queries). The
     parameters ``r1_unconstrained [N]`` and ``r2_unconstrained [N]`` map to the
     kernel's constrained ``r1, r2`` (:func:`flax_posenc.kerple_parameters`).
+    ``module.apply(variables, method="position_bias")`` is its tile form, a
+    :class:`flax_posenc.KerpleBias` with the parameters and ``kernel``, for
+    blockwise and ring attention.
 
     Attributes:
       num_heads: ``N``.
@@ -299,16 +312,29 @@ class Kerple(nn.Module):
     r1_init: Callable[..., jax.Array] = default_kerple_init
     r2_init: Callable[..., jax.Array] = default_kerple_init
 
-    @nn.compact
+    def setup(self):
+        shape = (check_positive_int("num_heads", self.num_heads),)
+        dtype = self.param_dtype
+        self.r1_unconstrained = self.param(
+            "r1_unconstrained", self.r1_init, shape, dtype
+        )
+        self.r2_unconstrained = self.param(
+            "r2_unconstrained", self.r2_init, shape, dtype
+        )
+
+    def position_bias(self) -> KerpleBias:
+        """This module as a :data:`flax_posenc.PositionBias`: a
+        :class:`flax_posenc.KerpleBias` of its parameters and ``kernel``."""
+        return KerpleBias(
+            self.r1_unconstrained, self.r2_unconstrained, kernel=self.kernel
+        )
+
     def __call__(
         self, q_positions: jax.Array, k_positions: jax.Array | None = None
     ) -> jax.Array:
-        heads = check_positive_int("num_heads", self.num_heads)
-        r1 = self.param("r1_unconstrained", self.r1_init, (heads,), self.param_dtype)
-        r2 = self.param("r2_unconstrained", self.r2_init, (heads,), self.param_dtype)
         k_positions = q_positions if k_positions is None else k_positions
-        bias = kerple_bias(q_positions, k_positions, r1, r2, kernel=self.kernel)
-        return bias.astype(self.dtype or r1.dtype)
+        bias = self.position_bias()(q_positions, k_positions)
+        return bias.astype(self.dtype or self.param_dtype)
 
 
 class FIRE(nn.Module):
@@ -318,6 +344,9 @@ class FIRE(nn.Module):
     :class:`flax_posenc.FireParams`): ``c`` (init 0.1), ``threshold_multiplier``
     (init 1), and the MLP ``hidden_kernel [W]`` (normal), ``hidden_bias [W]`` (0),
     ``output_kernel [W, N]`` (LeCun normal), ``output_bias [N]`` (0).
+    ``module.apply(variables, method="position_bias")`` is its tile form, a
+    :class:`flax_posenc.FireBias` with the parameters, ``init_threshold`` and
+    ``eps``, for blockwise and ring attention.
 
     Attributes:
       num_heads: ``N``.
@@ -342,14 +371,11 @@ class FIRE(nn.Module):
     dtype: Dtype | None = None
     param_dtype: Dtype = jnp.float32
 
-    @nn.compact
-    def __call__(
-        self, q_positions: jax.Array, k_positions: jax.Array | None = None
-    ) -> jax.Array:
+    def setup(self):
         heads = check_positive_int("num_heads", self.num_heads)
         width = check_positive_int("mlp_width", self.mlp_width)
         dtype = self.param_dtype
-        params = FireParams(
+        self.fire_params = FireParams(
             c=self.param("c", nn.initializers.constant(0.1), (), dtype),
             threshold_multiplier=self.param(
                 "threshold_multiplier", nn.initializers.ones, (), dtype
@@ -367,15 +393,21 @@ class FIRE(nn.Module):
                 "output_bias", nn.initializers.zeros, (heads,), dtype
             ),
         )
-        k_positions = q_positions if k_positions is None else k_positions
-        bias = fire_bias(
-            q_positions,
-            k_positions,
-            params,
-            init_threshold=self.init_threshold,
-            eps=self.eps,
+
+    def position_bias(self) -> FireBias:
+        """This module as a :data:`flax_posenc.PositionBias`: a
+        :class:`flax_posenc.FireBias` of its parameters, ``init_threshold`` and
+        ``eps``."""
+        return FireBias(
+            self.fire_params, init_threshold=self.init_threshold, eps=self.eps
         )
-        return bias.astype(self.dtype or dtype)
+
+    def __call__(
+        self, q_positions: jax.Array, k_positions: jax.Array | None = None
+    ) -> jax.Array:
+        k_positions = q_positions if k_positions is None else k_positions
+        bias = self.position_bias()(q_positions, k_positions)
+        return bias.astype(self.dtype or self.param_dtype)
 
 
 class CoPE(nn.Module):

@@ -26,12 +26,11 @@ from flax_posenc._validation import (
     check_positive_float,
     check_positive_int,
 )
-from flax_posenc.alibi import alibi_bias
+from flax_posenc.blockwise import AlibiBias, RelativeBias
 from flax_posenc.cope import cope_bias
-from flax_posenc.fire import FireParams, fire_bias
-from flax_posenc.kerple import KerpleKernel, kerple_bias
+from flax_posenc.fire import FireBias, FireParams
+from flax_posenc.kerple import KerpleBias, KerpleKernel
 from flax_posenc.learned import OutOfRange
-from flax_posenc.relative import relative_position_bias
 from flax_posenc.rope import RopeConfig, apply_rope_qk
 from flax_posenc.rope_scaling import SeqLen
 from flax_posenc.sinusoidal import SinusoidalLayout, SinusoidalSpacing
@@ -186,11 +185,15 @@ class ALiBi(nnx.Module):
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.dtype = dtype
 
+    def position_bias(self) -> AlibiBias:
+        """See :meth:`flax_posenc.linen.ALiBi.position_bias`."""
+        return AlibiBias(self.num_heads)
+
     def __call__(
         self, q_positions: jax.Array, k_positions: jax.Array | None = None
     ) -> jax.Array:
         k_positions = q_positions if k_positions is None else k_positions
-        bias = alibi_bias(q_positions, k_positions, self.num_heads)
+        bias = self.position_bias()(q_positions, k_positions)
         return bias.astype(self.dtype or jnp.float32)
 
 
@@ -230,19 +233,20 @@ class RelativePositionBias(nnx.Module):
             embedding_init(rngs.params(), (num_buckets, num_heads), param_dtype)
         )
 
+    def position_bias(self) -> RelativeBias:
+        """See :meth:`flax_posenc.linen.RelativePositionBias.position_bias`."""
+        return RelativeBias(
+            self.relative_attention_bias[...],
+            bidirectional=self.bidirectional,
+            max_distance=self.max_distance,
+        )
+
     def __call__(
         self, q_positions: jax.Array, k_positions: jax.Array | None = None
     ) -> jax.Array:
         k_positions = q_positions if k_positions is None else k_positions
-        table = self.relative_attention_bias[...]
-        bias = relative_position_bias(
-            table,
-            q_positions,
-            k_positions,
-            bidirectional=self.bidirectional,
-            max_distance=self.max_distance,
-        )
-        return bias.astype(self.dtype or table.dtype)
+        bias = self.position_bias()(q_positions, k_positions)
+        return bias.astype(self.dtype or self.relative_attention_bias.dtype)
 
 
 def default_kerple_init(key: jax.Array, shape, dtype=jnp.float32) -> jax.Array:
@@ -283,13 +287,18 @@ class Kerple(nnx.Module):
         self.r1_unconstrained = nnx.Param(r1_init(rngs.params(), shape, param_dtype))
         self.r2_unconstrained = nnx.Param(r2_init(rngs.params(), shape, param_dtype))
 
+    def position_bias(self) -> KerpleBias:
+        """See :meth:`flax_posenc.linen.Kerple.position_bias`."""
+        return KerpleBias(
+            self.r1_unconstrained[...], self.r2_unconstrained[...], kernel=self.kernel
+        )
+
     def __call__(
         self, q_positions: jax.Array, k_positions: jax.Array | None = None
     ) -> jax.Array:
         k_positions = q_positions if k_positions is None else k_positions
-        r1, r2 = self.r1_unconstrained[...], self.r2_unconstrained[...]
-        bias = kerple_bias(q_positions, k_positions, r1, r2, kernel=self.kernel)
-        return bias.astype(self.dtype or r1.dtype)
+        bias = self.position_bias()(q_positions, k_positions)
+        return bias.astype(self.dtype or self.r1_unconstrained.dtype)
 
 
 class FIRE(nnx.Module):
@@ -333,19 +342,17 @@ class FIRE(nnx.Module):
         )
         self.output_bias = nnx.Param(jnp.zeros((heads,), param_dtype))
 
+    def position_bias(self) -> FireBias:
+        """See :meth:`flax_posenc.linen.FIRE.position_bias`."""
+        params = FireParams(*(getattr(self, name)[...] for name in FireParams._fields))
+        return FireBias(params, init_threshold=self.init_threshold, eps=self.eps)
+
     def __call__(
         self, q_positions: jax.Array, k_positions: jax.Array | None = None
     ) -> jax.Array:
         k_positions = q_positions if k_positions is None else k_positions
-        params = FireParams(*(getattr(self, name)[...] for name in FireParams._fields))
-        bias = fire_bias(
-            q_positions,
-            k_positions,
-            params,
-            init_threshold=self.init_threshold,
-            eps=self.eps,
-        )
-        return bias.astype(self.dtype or params.c.dtype)
+        bias = self.position_bias()(q_positions, k_positions)
+        return bias.astype(self.dtype or self.c.dtype)
 
 
 class CoPE(nnx.Module):

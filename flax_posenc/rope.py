@@ -86,9 +86,10 @@ class RopeConfig:
     Raises:
       TypeError: non-int ``head_dim`` or ``rotary_dim``, or a ``scaling`` that is not
         one of the families.
-      ValueError: ``head_dim <= 0``, ``theta <= 1``, an odd ``rotary_dim`` or one
-        larger than ``head_dim``, an unknown ``layout`` or ``angle_precision``, or a
-        scaling that does not fit ``rotary_dim``.
+      ValueError: ``head_dim <= 0``, an odd ``head_dim`` with ``rotary_dim=None``,
+        ``theta <= 1``, an odd ``rotary_dim`` or one larger than ``head_dim``, an
+        unknown ``layout`` or ``angle_precision``, or a scaling that does not fit
+        ``rotary_dim``.
 
     Examples:
       Llama 3.1 8B:
@@ -132,6 +133,12 @@ class RopeConfig:
         if self.rotary_dim is not None:
             rotary_dim = check_rotary_dim(self.rotary_dim, head_dim, "head_dim")
             object.__setattr__(self, "rotary_dim", rotary_dim)
+        elif head_dim % 2:
+            raise ValueError(
+                f"`head_dim` must be even when `rotary_dim` is None (every feature "
+                f"is rotated, in pairs), got {head_dim}. Hint: pass an even "
+                f"`rotary_dim` <= {head_dim} to rotate part of the head."
+            )
         check_choice("layout", self.layout, _LAYOUTS)
         check_choice("angle_precision", self.angle_precision, ANGLE_PRECISIONS)
         if self.scaling is not None:

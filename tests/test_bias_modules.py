@@ -1,11 +1,15 @@
-"""linen and nnx attention-bias modules (ALiBi, T5 relative): values, dtypes,
-linen == nnx with copied parameters."""
+"""linen and nnx attention-bias modules (ALiBi, T5 relative, and the tile form of
+every bias module): values, dtypes, linen == nnx with copied parameters."""
+
+import functools
 
 import jax
 import jax.numpy as jnp
+import length_reference as ref
 import numpy as np
 import pytest
 from flax import nnx
+from helpers import normal
 
 import flax_posenc as fp
 from flax_posenc import linen as pl
@@ -99,3 +103,84 @@ def test_modules_reject_bad_arguments():
         pn.ALiBi(2)(Q.astype(jnp.float32))
     with pytest.raises(ValueError, match="broadcast"):
         pn.RelativePositionBias(2, rngs=nnx.Rngs(0))(Q, K[:1].repeat(3, axis=0))
+
+
+HEADS = 6
+BIAS_MODULES = {  # every setting away from its default, so a dropped one shows
+    "alibi": (pl.ALiBi(HEADS), lambda rngs: pn.ALiBi(HEADS)),
+    "t5": (
+        pl.RelativePositionBias(
+            HEADS, num_buckets=16, max_distance=20, bidirectional=False
+        ),
+        lambda rngs: pn.RelativePositionBias(
+            HEADS, num_buckets=16, max_distance=20, bidirectional=False, rngs=rngs
+        ),
+    ),
+    "kerple": (
+        pl.Kerple(HEADS, kernel="power"),
+        lambda rngs: pn.Kerple(HEADS, kernel="power", rngs=rngs),
+    ),
+    "fire": (
+        pl.FIRE(HEADS, mlp_width=8, init_threshold=64.0, eps=1e-3),
+        lambda rngs: pn.FIRE(
+            HEADS, mlp_width=8, init_threshold=64.0, eps=1e-3, rngs=rngs
+        ),
+    ),
+}
+
+
+def the_function(name, params, q_positions, k_positions):
+    """The bias function of ``name`` with the settings of BIAS_MODULES, spelt out."""
+    if name == "alibi":
+        return fp.alibi_bias(q_positions, k_positions, HEADS)
+    if name == "t5":
+        return fp.relative_position_bias(
+            params["relative_attention_bias"],
+            q_positions,
+            k_positions,
+            bidirectional=False,
+            max_distance=20,
+        )
+    if name == "kerple":
+        r1, r2 = params["r1_unconstrained"], params["r2_unconstrained"]
+        return fp.kerple_bias(q_positions, k_positions, r1, r2, kernel="power")
+    fire = fp.FireParams(*(params[field] for field in fp.FireParams._fields))
+    return fp.fire_bias(q_positions, k_positions, fire, init_threshold=64.0, eps=1e-3)
+
+
+@pytest.mark.parametrize("name", list(BIAS_MODULES))
+def test_a_modules_tile_form_keeps_every_setting(name):
+    """``position_bias()`` is the module's own bias (parameters and settings), so
+    blockwise attention through it equals dense attention with the module's bias:
+    a model trained through one is evaluated through the same encoding."""
+    linen_module, make_nnx = BIAS_MODULES[name]
+    variables = linen_module.init(jax.random.key(0), Q, K)
+    nnx_module = make_nnx(nnx.Rngs(0))
+    nnx_params = {k: v[...] for k, v in nnx.state(nnx_module, nnx.Param).items()}
+    positions = jnp.arange(40)
+    q, k, v = (normal((1, 40, HEADS, 8), seed=seed) for seed in range(3))
+    for module, tile, params in (
+        (
+            functools.partial(linen_module.apply, variables),
+            linen_module.apply(variables, method="position_bias"),
+            variables.get("params", {}),
+        ),
+        (nnx_module, nnx_module.position_bias(), nnx_params),
+    ):
+        want = the_function(name, params, Q, K)
+        np.testing.assert_array_equal(tile(Q, K), want)
+        np.testing.assert_array_equal(module(Q, K), want)
+        got = fp.blockwise_attention(
+            q,
+            k,
+            v,
+            q_positions=positions,
+            bias=tile,
+            causal=True,
+            block_q=16,
+            block_k=16,
+        )
+        allowed = positions[None, :] <= positions[:, None]
+        bias = the_function(name, params, positions, positions)
+        want = ref.attention(q[0], k[0], v[0], bias, allowed, 8**-0.5)
+        np.testing.assert_allclose(got[0], want, rtol=2e-5, atol=2e-6)

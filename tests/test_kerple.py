@@ -35,10 +35,18 @@ def test_matches_the_papers_kernels_in_float64(kernel):
 
 @pytest.mark.parametrize("kernel", ["log", "power"])
 def test_constraints_hold_for_any_parameters(kernel):
-    """r1 >= 0 and r2 in the kernel's domain whatever the optimiser does."""
-    raw = jnp.array([-1e4, -50.0, 0.0, 50.0, 1e4])
-    r1, r2 = fp.kerple_parameters(raw, raw, kernel=kernel)
-    assert np.all(np.asarray(r1) >= 0) and np.all(np.asarray(r2) >= 0)
+    """r1 > 0 and r2 in the kernel's domain whatever the optimiser does: at -100
+    and -1e4 softplus and sigmoid flush to 0, and the floor 2^-126 holds."""
+    raw = jnp.array([-1e4, -100.0, -50.0, 0.0, 50.0, 1e4])
+    r1, r2 = jax.jit(fp.kerple_parameters, static_argnames="kernel")(
+        raw, raw, kernel=kernel
+    )
+    tiny = float(np.finfo(np.float32).tiny)
+    np.testing.assert_array_equal(np.asarray(r1)[:2], [tiny, tiny])
+    np.testing.assert_array_equal(np.asarray(r2)[:2], [tiny, tiny])
+    assert np.all(np.asarray(r1) > 0) and np.all(np.asarray(r2) > 0)
+    want_r1 = ref.softplus(np.asarray(raw[2:], np.float64))
+    np.testing.assert_allclose(r1[2:], want_r1, rtol=2e-7)  # no change above it
     if kernel == "power":
         assert np.all(np.asarray(r2) <= 2)
     bias = fp.kerple_bias(jnp.arange(8), jnp.arange(8), raw, raw, kernel=kernel)

@@ -404,6 +404,24 @@ def long_rope(short, long):
             ValueError,
             "rotary_dim > 2",
         ),
+        (
+            lambda: fp.RopeConfig(head_dim=7),
+            ValueError,
+            r"`head_dim` must be even when `rotary_dim` is None .* got 7. Hint: pass "
+            r"an even `rotary_dim` <= 7",
+        ),
+        (  # an odd head from hidden_size / num_attention_heads
+            lambda: fp.read_hf_rope(
+                {
+                    "model_type": "llama",
+                    "hidden_size": 21,
+                    "num_attention_heads": 3,
+                    "max_position_embeddings": 64,
+                }
+            ),
+            ValueError,
+            r"`head_dim` must be even when `rotary_dim` is None .* got 7",
+        ),
         (lambda: fp.LinearScaling(factor=0.0), ValueError, "`LinearScaling.factor`"),
         (lambda: fp.LinearScaling(factor="2"), TypeError, "`LinearScaling.factor`"),
         (

@@ -48,6 +48,21 @@ def test_modules_equal_apply_rope_and_each_other(family, layout, dtype):
         assert_close(got, want)
 
 
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_an_odd_head_rotates_its_even_part_in_both_modules(layout):
+    """H = 7 with R = 6: three pairs rotate, the seventh feature passes through (an
+    odd head with ``rotary_dim=None`` is refused by ``RopeConfig``)."""
+    config = fp.RopeConfig(head_dim=7, rotary_dim=6, layout=layout)
+    q, k = normal((2, 5, 3, 7)), normal((2, 5, 3, 7), seed=1)
+    inv_freq, attention = ref.frequencies(config)
+    for module in both_modules(config):
+        for got, x in zip(module(q, k, POSITIONS), (q, k), strict=True):
+            truth, angles = ref.rope(x, POSITIONS, inv_freq, attention, layout)
+            ref.assert_close_to_rope(got, x, truth, angles, attention, layout)
+    with pytest.raises(ValueError, match=r"H = config.head_dim \(8\), got shape"):
+        pl.RotaryEmbedding(fp.RopeConfig(head_dim=8)).apply({}, q, k, POSITIONS)
+
+
 def test_one_cos_sin_table_serves_q_and_k(monkeypatch):
     calls = []
 
