@@ -8,10 +8,10 @@ it is never clamped silently. The policy, by ``out_of_range``:
   at once; traced positions (under ``jit``) give rows of NaN, so the mistake shows
   in the loss instead of hiding in a clamped row.
 * ``"checkify"``: like ``"nan"``, and additionally a ``jax.experimental.checkify``
-  check, reported when the caller wraps the function in ``checkify.checkify``
-  (which is then required under ``jit``: without it JAX fails when compiling,
-  "Cannot abstractly evaluate a checkify.check which was not functionalized ...
-  through checkify.checkify"; ``jax.eval_shape`` needs no wrapping).
+  check, reported when the caller wraps the function in ``checkify.checkify``.
+  Traced under ``jit`` (or ``eval_shape``, ``scan``: any staging) the wrapper is
+  required, since a staged check cannot run without it: the call raises a
+  ``ValueError`` naming ``out_of_range`` and the wrapping.
 * ``"clip"``: explicit opt-in to clamp positions into ``[0, max_len - 1]``.
 """
 
@@ -60,8 +60,8 @@ def learned_embedding_lookup(
       TypeError: non-integer ``positions`` or a non-floating ``table``.
       ValueError: ``table`` not of rank 2 or with no rows, unknown
         ``out_of_range``, concrete positions outside ``[0, max_len)`` (unless
-        ``out_of_range="clip"``); JAX's own ValueError when
-        ``out_of_range="checkify"`` is compiled without ``checkify.checkify``.
+        ``out_of_range="clip"``), ``out_of_range="checkify"`` staged (``jit``,
+        ``eval_shape``, ``scan``) outside ``checkify.checkify``.
 
     Examples:
       >>> table = jnp.arange(12.0).reshape(4, 3)  # [max_len=4, D=3]
@@ -101,6 +101,7 @@ def learned_embedding_lookup(
                     'out_of_range="clip" to clamp on purpose.'
                 )
         if out_of_range == "checkify" and positions.size:
+            _check_functionalized()
             checkify.check(
                 jnp.all((positions >= 0) & (positions < max_len)),
                 f"positions must lie in [0, max_len={max_len}); got values in "
@@ -109,6 +110,35 @@ def learned_embedding_lookup(
                 high=jnp.max(positions),
             )
     return _lookup(table, positions, clip=out_of_range == "clip")
+
+
+def _check_functionalized() -> None:
+    """Raises where JAX would refuse the staged check when compiling: a staging
+    trace (``jit``, ``eval_shape``, ``scan``) with no ``checkify.checkify`` trace
+    below it. JAX exposes no public way to ask, so this walks its private trace
+    chain; where that chain is not there (another JAX), it says nothing and JAX's
+    own error stands."""
+    try:
+        from jax._src.core import trace_ctx
+    except ImportError:
+        return
+    trace = getattr(trace_ctx, "trace", None)
+    staged = False
+    while trace is not None:
+        frame = getattr(trace, "frame", None)
+        traced_for = getattr(getattr(frame, "debug_info", None), "traced_for", None)
+        if traced_for == "checkify":
+            return
+        staged = staged or traced_for is not None
+        trace = getattr(trace, "parent_trace", None)
+    if staged:
+        raise ValueError(
+            '`out_of_range="checkify"` traced under jit (or eval_shape, scan) must '
+            "run inside checkify.checkify, which turns the check into an error "
+            "value: a staged check cannot run otherwise. Hint: `err, out = "
+            "checkify.checkify(jax.jit(f))(...); err.throw()`, or "
+            'out_of_range="nan" for NaN rows without the check.'
+        )
 
 
 @functools.partial(jax.jit, static_argnames="clip")

@@ -538,21 +538,38 @@ def test_bad_values_raise_naming_the_argument(call, error, match):
         call()
 
 
-def test_checkify_lookup_compiled_without_checkify_names_the_wrapper():
-    """JAX refuses a checkify check compiled without ``checkify.checkify`` and its
-    message names the wrapper; tracing alone (``eval_shape``) needs no wrapping, so
-    the library adds no guess of its own about which staging will compile."""
+def _eval_shape(f):
+    return lambda *args: jax.eval_shape(f, *args)
+
+
+@pytest.mark.parametrize(
+    "stage",
+    [jax.jit, _eval_shape, lambda f: jax.jit(jax.vmap(f, in_axes=(None, 0)))],
+    ids=["jit", "eval_shape", "jit_vmap"],
+)
+def test_checkify_lookup_staged_without_checkify_names_the_argument(stage):
+    """A staged check cannot run outside ``checkify.checkify``: the call says so,
+    naming ``out_of_range`` and the wrapping, instead of JAX's staging error."""
 
     def lookup(table, positions):
         return fp.learned_embedding_lookup(table, positions, out_of_range="checkify")
 
-    table, positions = jnp.ones((4, 2)), jnp.arange(3)
-    with pytest.raises(ValueError, match=r"functionaliz.*checkify\.checkify"):
-        jax.jit(lookup)(table, positions)
-    assert jax.eval_shape(lookup, table, positions).shape == (3, 2)
-    error, out = checkify.checkify(jax.jit(lookup))(table, positions)
+    table, positions = jnp.ones((4, 2)), jnp.arange(3)[None]
+    with pytest.raises(
+        ValueError,
+        match=r'`out_of_range="checkify"` traced under jit .* must run inside '
+        r"checkify\.checkify.*Hint: `err, out = checkify\.checkify\(jax\.jit\(f\)\)",
+    ):
+        stage(lookup)(table, positions)
+    _, out = stage(checkify.checkify(lookup))(table, positions)
+    assert out.shape == (1, 3, 2)
+    error, out = (
+        checkify.checkify(stage(lookup))(table, positions)
+        if (stage is not _eval_shape)
+        else checkify.checkify(lookup)(table, positions)
+    )  # eager: nothing staged
     error.throw()
-    assert out.shape == (3, 2)
+    assert out.shape == (1, 3, 2)
 
 
 def test_lengths_written_as_whole_floats_in_json_are_accepted():
