@@ -24,8 +24,10 @@ from flax_posenc._validation import check_choice, check_positive_float
 __all__ = [
     "DEFAULT_OFFSETS",
     "LARGEST_RTOL",
+    "BiasFn",
     "EncodingFn",
     "RotateFn",
+    "assert_bias_shift_invariance",
     "assert_encoding_shape",
     "assert_module_shapes",
     "assert_relative_offset_linearity",
@@ -35,6 +37,9 @@ __all__ = [
 
 EncodingFn = Callable[[jax.Array], jax.Array]
 RotateFn = Callable[[jax.Array, jax.Array], jax.Array]
+BiasFn = Callable[[jax.Array, jax.Array], jax.Array]
+"""An attention bias of positions, ``(q_positions [..., L], k_positions [..., S]) ->
+[..., N, L, S]``: a :data:`flax_posenc.PositionBias` or any such function."""
 
 DEFAULT_OFFSETS = (1, 2, 7, 100)
 """The offsets :func:`assert_relative_offset_linearity` tests when given none."""
@@ -355,6 +360,10 @@ def _default_rtol(dtype: Any, angle_precision: str, offset: int, position: int):
         )
     else:
         hint = "Use a more precise output dtype."
+    hint += (
+        " (An attention bias has no angles: check it with "
+        "assert_bias_shift_invariance.)"
+    )
     raise ValueError(
         f"`offsets`: at offset {offset} (largest position {position}) the default "
         f"tolerance is {rtol:.3g} |q_m| |k_l| (angle_precision={angle_precision!r}: "
@@ -515,6 +524,13 @@ def assert_shift_invariance(
                 if rtol is None
                 else ""
             )
+            if rtol is None and angle_precision == "exact":
+                sized += (
+                    ". That tolerance assumes exact angles: if `rotate` forms float32 "
+                    "angles (RopeConfig's default angle_precision='float32'), that "
+                    "alone fails it; pass angle_precision='float32' here, or build "
+                    "the config with angle_precision='exact'"
+                )
             raise AssertionError(
                 f"q_m . k_l depends on absolute positions: shifting them by "
                 f"offset={offset} changes the scores by up to {deviation:.3g} "
@@ -522,4 +538,97 @@ def assert_shift_invariance(
                 "is RoPE with frequencies that follow the positions (dynamic NTK or "
                 "LongRoPE with seq_len=None, where seq_len = max(positions) + 1), "
                 "pass a fixed seq_len: only then is it shift invariant."
+            )
+
+
+def assert_bias_shift_invariance(
+    bias: BiasFn,
+    q_positions: Sequence[int] | np.ndarray | jax.Array,
+    offsets: Sequence[int],
+    *,
+    k_positions: Sequence[int] | np.ndarray | jax.Array | None = None,
+    atol: float | None = None,
+) -> None:
+    """Asserts an attention bias depends on ``q_pos - k_pos`` only.
+
+    With ``b = bias(q_positions, k_positions)`` (float64 ``[..., N, L, S]``), for each
+    offset ``o``: ``|bias(q_positions + o, k_positions + o) - b| <= atol`` entrywise,
+    in logit units. ALiBi, T5 buckets and Kerple have this property exactly; FIRE has
+    it only below its threshold (its normaliser follows the query's position).
+
+    The default ``atol`` is ``4 eps max|b|`` per offset, ``eps`` the bias dtype's
+    machine epsilon and the maximum over both compared biases: a bias formed from the
+    integer distance is bit-identical after a shift, one formed in floating point is
+    off by a few roundings of its largest value. An ``atol`` of ``a`` logits
+    lets a shift scale a softmax weight by up to ``e^(2a)``. Biases have no
+    angles, so, unlike :func:`assert_shift_invariance`, large offsets need no
+    special care beyond int32.
+
+    Args:
+      bias: the bias under test, e.g. ``fp.AlibiBias(8)``, a bias module's
+        ``position_bias()``, ``lambda q, k: fp.kerple_bias(q, k, r1, r2)``.
+      q_positions: concrete integer ``[..., L]``.
+      offsets: the offsets ``o`` tested (ints, at least one).
+      k_positions: concrete integer ``[..., S]``; None means ``q_positions``.
+      atol: the largest change allowed, in logits, for every offset; None sizes it
+        per offset (above).
+
+    Raises:
+      AssertionError: naming the offset, the largest change and where, and the
+        tolerance; or a shifted bias of another shape.
+      TypeError: ``bias`` not callable or not returning an array, non-integer or
+        traced positions, non-int ``offsets``, a non-numeric ``atol``.
+      ValueError: empty positions, no ``offsets``, shifted positions outside
+        int32, ``atol <= 0``.
+
+    Examples:
+      >>> fp.testing.assert_bias_shift_invariance(fp.AlibiBias(12), np.arange(8), [1, 10**6])
+      >>> params = fp.FireParams(jnp.array(0.1), jnp.array(1.0), jnp.linspace(-1, 1, 8),
+      ...     jnp.zeros(8), jnp.ones((8, 2)), jnp.zeros(2))
+      >>> fp.testing.assert_bias_shift_invariance(  # FIRE past its threshold of 4
+      ...     fp.FireBias(params, init_threshold=4.0), np.arange(6), [50])
+      Traceback (most recent call last):
+      ...
+      AssertionError: bias(q_pos, k_pos) depends on absolute positions: ...
+    """
+    _check_callable("bias", bias)
+    q_positions = _check_positions("q_positions", q_positions)
+    k_positions = (
+        q_positions
+        if k_positions is None
+        else _check_positions("k_positions", k_positions)
+    )
+    offsets = _check_offsets(offsets, np.concatenate([q_positions, k_positions], None))
+    if atol is not None:
+        atol = check_positive_float("atol", atol)
+
+    def evaluated(offset: int) -> tuple[np.ndarray, np.dtype]:
+        out = bias(
+            jax.numpy.asarray(q_positions + offset),
+            jax.numpy.asarray(k_positions + offset),
+        )
+        dtype = _check_array("bias(q_positions, k_positions)", out, floating=True)
+        return np.asarray(out, np.float64), dtype
+
+    base, dtype = evaluated(0)
+    for offset in offsets:
+        shifted = evaluated(offset)[0]
+        chex.assert_equal_shape([base, shifted])
+        tolerance = atol
+        if tolerance is None:
+            largest = max(np.max(np.abs(base)), np.max(np.abs(shifted)))
+            tolerance = 4 * float(jax.numpy.finfo(dtype).eps) * float(largest)
+        changes = np.abs(shifted - base)
+        worst = np.unravel_index(np.argmax(changes), changes.shape)
+        if not changes[worst] <= tolerance:
+            *batch, head, query, key = (int(i) for i in worst)
+            where = f"head {head}, query {query}, key {key}" + (
+                f", batch index {tuple(batch)}" if batch else ""
+            )
+            sized = " (4 eps max|b|)" if atol is None else ""
+            raise AssertionError(
+                f"bias(q_pos, k_pos) depends on absolute positions: shifting both by "
+                f"offset={offset} changes it by up to {changes[worst]:.3g} logits "
+                f"({where}: {base[worst]:.6g} -> {shifted[worst]:.6g}) > atol = "
+                f"{tolerance:.3g}{sized}."
             )

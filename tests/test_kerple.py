@@ -56,14 +56,9 @@ def test_constraints_hold_for_any_parameters(kernel):
 
 @pytest.mark.parametrize("kernel", ["log", "power"])
 def test_shift_invariance_passes(kernel):
-    positions, offsets = np.arange(5) * 3, [1, 40, 1000]
-    every = np.concatenate([positions + o for o in [0, *offsets]])
-    rotate = ref.BiasAsRotation(
-        lambda q, k: fp.kerple_bias(q, k, R1, R2, kernel=kernel), every, 4
+    testing.assert_bias_shift_invariance(
+        fp.KerpleBias(R1, R2, kernel=kernel), np.arange(5) * 3, [1, 40, 1000]
     )
-    q = jnp.ones((5, 4, rotate.features))
-    k = jnp.ones((5, 1, rotate.features))
-    testing.assert_shift_invariance(rotate, q, k, positions, offsets)
 
 
 @pytest.mark.parametrize(

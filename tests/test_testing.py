@@ -388,6 +388,72 @@ def test_offset_linearity_defaults_catch_a_random_table():
     assert testing.DEFAULT_OFFSETS == (1, 2, 7, 100)
 
 
+FIRE = fp.FireParams(
+    jnp.array(0.1), jnp.array(1.0), jnp.linspace(-1, 1, 8), jnp.zeros(8),
+    normal((8, 2), seed=3), jnp.zeros(2),
+)  # fmt: skip
+KERPLE_RAW = normal((2,), seed=4)
+INVARIANT_BIASES = {
+    "alibi": fp.AlibiBias(5),
+    "t5": fp.RelativeBias(normal((32, 2), seed=5), bidirectional=False),
+    "kerple_log": fp.KerpleBias(KERPLE_RAW, KERPLE_RAW),
+    "kerple_power": fp.KerpleBias(KERPLE_RAW, KERPLE_RAW, kernel="power"),
+    "fire_below_threshold": fp.FireBias(FIRE, init_threshold=2.0**25),
+}
+
+
+@pytest.mark.parametrize("name", list(INVARIANT_BIASES))
+def test_relative_biases_are_shift_invariant_at_any_offset(name):
+    """No refusal at 10**7 (a bias has no angles), and the default tolerance holds
+    every one of them: each is formed from the integer distance."""
+    testing.assert_bias_shift_invariance(
+        INVARIANT_BIASES[name], np.arange(6), [1, 977, 10**7],
+        k_positions=np.array([0, 2, 5, 11]),
+    )  # fmt: skip
+
+
+def test_fire_past_its_threshold_fails_the_bias_check():
+    """FIRE's normaliser follows the query past ``init_threshold`` (here the default
+    512): at offset 1e5 the bias moves by logits, far above ``4 eps max|b|``."""
+    with pytest.raises(
+        AssertionError,
+        match=r"offset=100000 changes it by up to .* logits .* > atol = .*\(4 eps",
+    ):
+        testing.assert_bias_shift_invariance(
+            fp.FireBias(FIRE), np.arange(6), [1, 10**5]
+        )
+
+
+@pytest.mark.parametrize("absolute", [1e-3, 1e-5])
+def test_a_bias_with_an_absolute_part_fails(absolute):
+    """ALiBi plus ``absolute * q_pos``: a change of 1e-5 logits per unit offset is
+    already above the default tolerance at offset 1 (values up to 5 logits)."""
+    alibi = fp.AlibiBias(2)
+
+    def plus_absolute(q_positions, k_positions):
+        return alibi(q_positions, k_positions) + absolute * q_positions[None, :, None]
+
+    with pytest.raises(AssertionError, match=r"offset=1 changes it"):
+        testing.assert_bias_shift_invariance(plus_absolute, np.arange(6), [1])
+    testing.assert_bias_shift_invariance(  # an explicit atol in logits
+        plus_absolute, np.arange(6), [1], atol=2 * absolute
+    )
+
+
+def test_an_exact_tolerance_on_float32_angles_says_so():
+    """A float32-angle RoPE checked with angle_precision="exact" fails far out; the
+    message says ``rotate`` may form float32 angles."""
+    with pytest.raises(AssertionError, match=r"if `rotate` forms float32 angles"):
+        testing.assert_shift_invariance(
+            rope_fn(fp.RopeConfig(head_dim=8)), Q, K, SHIFT_POSITIONS, [10**6],
+            angle_precision="exact",
+        )  # fmt: skip
+    with pytest.raises(ValueError, match=r"check it with assert_bias_shift_invariance"):
+        testing.assert_shift_invariance(
+            rope_fn(fp.RopeConfig(head_dim=8)), Q, K, SHIFT_POSITIONS, [10**7]
+        )
+
+
 def sinusoidal16(p):
     return fp.sinusoidal_encoding(p, 16)
 
@@ -413,7 +479,15 @@ GOOD_ARGUMENTS = {
         dims=chex.Dimensions(B=2, L=4),
         spec="BL",
     ),
+    testing.assert_bias_shift_invariance: dict(
+        bias=fp.AlibiBias(2),
+        q_positions=np.arange(4),
+        offsets=[1],
+        k_positions=None,
+        atol=None,
+    ),
 }
+BIAS = testing.assert_bias_shift_invariance
 SHIFT = testing.assert_shift_invariance
 LINEAR = testing.assert_relative_offset_linearity
 SHAPE = testing.assert_encoding_shape
@@ -460,6 +534,15 @@ BAD_ARGUMENTS = [
     (MODULE, "dims", {"B": 2, "L": 4}, TypeError, r"`dims` must be a chex.Dimensions"),
     (MODULE, "spec", 3, TypeError, r"`spec` must be a string"),
     (MODULE, "spec", "BX", ValueError, r"`spec` 'BX' names dimension 'X'"),
+    # assert_bias_shift_invariance
+    (BIAS, "bias", np.ones((2, 4, 4)), TypeError, r"`bias` must be a function"),
+    (BIAS, "bias", lambda q, k: [0.0], TypeError, r"`bias\(q_positions, k_posi"),
+    (BIAS, "q_positions", np.arange(4.0), TypeError, r"`q_positions` must be integ"),
+    (BIAS, "q_positions", [], ValueError, r"`q_positions` must be a non-empty"),
+    (BIAS, "k_positions", np.zeros(0, int), ValueError, r"`k_positions` must be a n"),
+    (BIAS, "offsets", [], ValueError, r"`offsets` must name at least one"),
+    (BIAS, "offsets", [2**31 - 3], ValueError, r"`offsets`: .* outside int32"),
+    (BIAS, "atol", 0.0, ValueError, r"`atol` must be a finite number > 0, got 0.0"),
 ]
 
 
