@@ -141,6 +141,19 @@ def _graph_int() -> np.dtype:
     return jnp.dtype(jax.dtypes.canonicalize_dtype(jnp.int64))
 
 
+def _integer_hint(name: str) -> str:
+    """What an integer argument named ``name`` holds, for a dtype error."""
+    if "segment_ids" in name:
+        return (
+            "segment ids are one integer id per token, equal within a packed "
+            "sequence (e.g. 1 1 1 2 2, padding its own id such as 0); a boolean "
+            "padding mask goes to `mask`."
+        )
+    if "positions" in name:
+        return "build positions with jnp.arange or flax_posenc.positions helpers."
+    return f"pass whole numbers as an integer dtype, e.g. jnp.asarray({name}, int)."
+
+
 def check_integer_array(name: str, value: Any) -> jax.Array:
     """Returns ``value`` as a JAX integer array of at least 32 bits, or raises.
 
@@ -159,8 +172,7 @@ def check_integer_array(name: str, value: Any) -> jax.Array:
         shape = getattr(value, "shape", ())
         raise TypeError(
             f"`{name}` must be an integer array, got dtype {dtype} with shape "
-            f"{tuple(shape)}. Hint: build positions with jnp.arange or "
-            "flax_posenc.positions helpers."
+            f"{tuple(shape)}. Hint: {_integer_hint(name)}"
         )
     if not is_traced(value) and not isinstance(value, jax.Array):
         value = np.asarray(value)
@@ -201,10 +213,19 @@ def check_positions(
     shape = tuple(positions.shape)
     if not obeys_positions_rule(shape, target):
         length = target[-1] if target else "L"
+        hint = f"jnp.arange({length}), or [B, L] positions."
+        if len(target) >= 2 and shape and shape[-1] != length:
+            # [B, N, L, H] (PyTorch's layout) reads as L = N here.
+            hint = (
+                f"flax_posenc reads L from axis -3 of [..., L, N, H] (Flax's "
+                f"layout), {length} here; an array in PyTorch's [B, N, L, H] layout "
+                f"needs jnp.swapaxes({target_name.split('.')[0]}, -3, -2) first. "
+                f"Otherwise {hint}"
+            )
         raise ValueError(
             f"`{name}` must be [..., L] with L = {length}, one position per token, "
             f"and leading axes that broadcast to {target_name} = {target}; got shape "
-            f"{shape}. Hint: jnp.arange({length}), or [B, L] positions."
+            f"{shape}. Hint: {hint}"
         )
     return positions
 

@@ -38,6 +38,7 @@ from flax_posenc._validation import (
     check_bucket_sizes,
     check_integer_array,
     check_position_pairs,
+    check_positive_int,
 )
 
 __all__ = [
@@ -153,6 +154,7 @@ def relative_position_bias(
     *,
     bidirectional: bool = True,
     max_distance: int = 128,
+    num_heads: int | None = None,
 ) -> jax.Array:
     """T5's learned attention bias, ``bias[..., h, i, j] = table[bucket(k_j - q_i), h]``.
 
@@ -168,13 +170,19 @@ def relative_position_bias(
       bidirectional: as in :func:`relative_position_bucket`.
       max_distance: as in :func:`relative_position_bucket` (``num_buckets`` is
         ``table.shape[0]``).
+      num_heads: ``N`` as the model states it; the table must then be
+        ``[num_buckets, num_heads]``. T5X and flaxformer store ``[N, num_buckets]``:
+        stating the head count catches such a table whenever ``N != num_buckets``.
+        A square table (T5-3B: 32 heads, 32 buckets) cannot tell its layout by its
+        shape: transpose a T5X table (``table.T``) whatever its sizes.
 
     Returns:
       ``[..., N, L, S]`` in ``table.dtype``.
 
     Raises:
       TypeError: non-integer positions or a non-floating ``table``.
-      ValueError: ``table`` not of rank 2, bad bucket sizes (see
+      ValueError: ``table`` not of rank 2 or not ``[num_buckets, num_heads]``
+        when ``num_heads`` is given, bad bucket sizes (see
         :func:`relative_position_bucket`), positions of rank 0, or leading
         dimensions that do not broadcast.
 
@@ -192,6 +200,14 @@ def relative_position_bias(
         )
     if not jnp.issubdtype(table.dtype, jnp.floating):
         raise TypeError(f"`table` must be floating point, got dtype {table.dtype}.")
+    if num_heads is not None:
+        num_heads = check_positive_int("num_heads", num_heads)
+        if table.shape[1] != num_heads:
+            raise ValueError(
+                f"`table` must be [num_buckets, num_heads = {num_heads}] (Hugging "
+                f"Face's layout), got shape {tuple(table.shape)}. Hint: a T5X or "
+                "flaxformer table is [num_heads, num_buckets]: pass table.T."
+            )
     return _bias(
         table,  # numpy too: jit places it
         *check_position_pairs(q_positions, k_positions),

@@ -31,11 +31,11 @@ from flax_posenc import _rope
 from flax_posenc._exact_angles import ANGLE_PRECISIONS, AnglePrecision
 from flax_posenc._validation import (
     check_choice,
+    check_float,
     check_float_array,
     check_heads_array,
     check_integer_array,
     check_positions,
-    check_positive_float,
     check_positive_int,
     check_rope_config,
     check_rotary_dim,
@@ -121,8 +121,8 @@ class RopeConfig:
     def __post_init__(self):
         head_dim = check_positive_int("head_dim", self.head_dim)
         object.__setattr__(self, "head_dim", head_dim)
-        theta = check_positive_float("theta", self.theta)
-        if theta <= 1.0:
+        theta = check_float("theta", self.theta)
+        if theta <= 1.0:  # 0 and negatives too: one rule, one message
             raise ValueError(
                 f"`theta` must be > 1, got {theta}: inv_freq = theta^(-2i/R), so "
                 "theta = 1 gives every pair the same frequency 1 and theta < 1 "

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from branches import BRANCHES, run_branch
 from flax import nnx
 from helpers import normals
 from jax.experimental import checkify
@@ -446,6 +447,38 @@ BAD_VALUES = [
     # theta = 1 gives every pair the frequency 1 (theta < 1 reverses the order).
     (lambda: fp.RopeConfig(head_dim=8, theta=1.0), ValueError, r"`theta` must be > 1"),
     (lambda: fp.RopeConfig(head_dim=8, theta=0.5), ValueError, r"`theta` must be > 1"),
+    (lambda: fp.RopeConfig(head_dim=8, theta=0), ValueError, r"`theta` must be > 1"),
+    (lambda: fp.RopeConfig(head_dim=8, theta=-2.0), ValueError, r"`theta` must be >"),
+    (  # a float padding mask passed as segment ids: no word about positions
+        lambda: fp.blockwise_attention(
+            X, X, X, q_segment_ids=jnp.ones((1, 5), jnp.float32)
+        ),
+        TypeError,
+        r"`q_segment_ids` must be an integer array, got dtype float32 .* Hint: "
+        r"segment ids are one integer id per token, .* padding mask goes to `mask`",
+    ),
+    (
+        lambda: fp.rope_shift(X, jnp.float32(2.0), CONFIG),
+        TypeError,
+        r"`delta` must be an integer array.*Hint: pass whole numbers as an integer",
+    ),
+    (  # PyTorch's [B, N, L, H]: L is read as N = 2; the hint says so
+        lambda: fp.apply_rope(jnp.ones((1, 2, 5, 8)), jnp.arange(5), CONFIG),
+        ValueError,
+        r"L = 2, .* Hint: flax_posenc reads L from axis -3 .* PyTorch's \[B, N, L, "
+        r"H\] layout needs jnp\.swapaxes\(x, -3, -2\) first",
+    ),
+    (  # a decode step's k in PyTorch's layout: one query, keys read as S = 2
+        lambda: fp.apply_rope_qk(
+            jnp.ones((1, 1, 2, 8)),
+            jnp.ones((1, 2, 5, 8)),
+            jnp.array([[4]]),
+            CONFIG,
+            k_positions=jnp.arange(5),
+        ),
+        ValueError,
+        r"`k_positions` .* jnp\.swapaxes\(k, -3, -2\)",
+    ),
     (
         lambda: fp.Llama3Scaling(8.0, 4.0, 1.0, 64),
         ValueError,
@@ -763,6 +796,26 @@ def test_float64_q_under_x64_keeps_float32_angles():
     cos64, sin64 = np.cos(angle64), np.sin(angle64)
     want64 = np.concatenate([a * cos64 - b * sin64, b * cos64 + a * sin64], -1)
     assert np.abs(want64 - want).max() > 1e-4
+
+
+@pytest.mark.parametrize("branch", BRANCHES)
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_float64_q_under_x64_is_rotated_in_float32(layout, branch):
+    """The rotation widens a float64 q to float32 too (one float32 rounding per
+    product, as for every dtype): each rotated feature is a float32 value held in
+    float64. Products formed in float64 would not be (and pass the test above)."""
+    config = fp.RopeConfig(head_dim=8, layout=layout)
+    with enable_x64():
+        x = jnp.asarray(np.random.default_rng(1).normal(size=(5, 2, 8)))
+        positions = jnp.asarray([0, 3, 1000, 70000, 131071])
+        got = np.asarray(
+            run_branch(
+                lambda x, p: fp.apply_rope(x, p, config), x, positions, branch=branch
+            )
+        )
+    assert got.dtype == np.float64
+    np.testing.assert_array_equal(got.astype(np.float32).astype(np.float64), got)
+    assert not np.array_equal(np.asarray(x).astype(np.float32), np.asarray(x))
 
 
 # --------------------------------------------------------------------------------------

@@ -189,3 +189,23 @@ def test_rejects_bad_arrays():
         fp.relative_position_bias(table, jnp.zeros((2, 3), int), jnp.zeros((3, 3), int))
     with pytest.raises(ValueError, match="even when bidirectional"):
         fp.relative_position_bias(jnp.zeros((33, 2)), jnp.arange(3), jnp.arange(3))
+
+
+def test_a_stated_head_count_catches_a_t5x_table():
+    """T5X stores [N, num_buckets]: T5-base's 12 heads and 32 buckets read as 12
+    buckets of 32 heads without the statement; with it, a ValueError says to
+    transpose. The table in the right layout passes and gives the same bias."""
+    t5x = normal((12, 32), seed=1)  # [N, num_buckets]
+    q, k = jnp.arange(5), jnp.arange(7)
+    with pytest.raises(
+        ValueError,
+        match=r"`table` must be \[num_buckets, num_heads = 12\] .* got shape "
+        r"\(12, 32\)\. Hint: a T5X .* pass table\.T",
+    ):
+        fp.relative_position_bias(t5x, q, k, num_heads=12)
+    np.testing.assert_array_equal(
+        fp.relative_position_bias(t5x.T, q, k, num_heads=12),
+        fp.relative_position_bias(t5x.T, q, k),
+    )
+    with pytest.raises(ValueError, match=r"`num_heads` must be a positive int"):
+        fp.relative_position_bias(t5x.T, q, k, num_heads=0)
