@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 
 from flax_posenc._validation import (
     check_float_array,
@@ -27,9 +26,11 @@ def check_attention_inputs(
     scale: Any,
     block_q: Any,
     block_k: Any,
-) -> tuple[jax.Array, ...]:
-    """Returns ``q, k, v`` as ``[B, L, N, H]`` (a batch axis added to rank 3), the
-    positions broadcast to ``[B, L]`` / ``[B, S]``, k/v with q's heads, the scale."""
+) -> tuple[jax.Array, jax.Array, float]:
+    """Checks everything and moves nothing: returns the positions as integer arrays
+    (``k_positions`` defaulted to ``q_positions``) and the logit scale. Batching,
+    int32 casts and the repeat of k/v heads happen in the compiled core
+    (:func:`flax_posenc._remapped.batched`), so an eager call runs one program."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         check_float_array(name, x)
         if x.ndim not in (3, 4):
@@ -48,6 +49,11 @@ def check_attention_inputs(
             f"`k` must share q's batch and head dim, got q {tuple(q.shape)} and k "
             f"{tuple(k.shape)}."
         )
+    if q.shape[-1] != rope.head_dim:
+        raise ValueError(
+            f"`q` and `k` must have H = rope.head_dim ({rope.head_dim}), got H = "
+            f"{q.shape[-1]}. Hint: fp.RopeConfig(head_dim={q.shape[-1]}, ...)."
+        )
     heads, kv_heads = q.shape[-2], k.shape[-2]
     if heads % kv_heads:
         raise ValueError(
@@ -60,13 +66,6 @@ def check_attention_inputs(
     k_positions = check_positions(
         "k_positions", k_positions, "k.shape[:-2]", k.shape[:-2]
     )
-    if q.ndim == 3:
-        q, k, v = q[None], k[None], v[None]
-    batch = q.shape[0]
-    q_positions = jnp.broadcast_to(q_positions.astype(jnp.int32), (batch, q.shape[1]))
-    k_positions = jnp.broadcast_to(k_positions.astype(jnp.int32), (batch, k.shape[1]))
-    k = jnp.repeat(k, heads // kv_heads, axis=2)
-    v = jnp.repeat(v, heads // kv_heads, axis=2)
     scale = (
         1.0 / float(q.shape[-1]) ** 0.5
         if scale is None
@@ -74,4 +73,4 @@ def check_attention_inputs(
     )
     check_positive_int("block_q", block_q)
     check_positive_int("block_k", block_k)
-    return q, k, v, q_positions, k_positions, scale
+    return q_positions, k_positions, scale

@@ -7,16 +7,46 @@ which one supplies the logit. Tiles of ``[block_q, block_k]`` logits are formed 
 every map, merged with ``where`` and folded into an online softmax (as in
 ``_blockwise``), so no ``[N, L, S]`` array exists. Causal; the keys a query may see
 are ``valid`` keys with ``k_pos <= q_pos``.
+
+Everything here runs inside the callers' compiled cores (``jax.jit`` with the
+configuration static), after the checks of :mod:`flax_posenc._remap_checks`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from flax_posenc import _rope
+
 Select = Callable[[jax.Array, jax.Array], jax.Array]
+
+
+def batched(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    q_positions: jax.Array,
+    k_positions: jax.Array,
+) -> tuple[jax.Array, ...]:
+    """``q, k, v`` as ``[B, L, N, H]`` (a batch axis added to rank 3, k/v heads
+    repeated to q's) and the positions as int32 ``[B, L]`` / ``[B, S]``."""
+    if q.ndim == 3:
+        q, k, v = q[None], k[None], v[None]
+    batch, repeats = q.shape[0], q.shape[2] // k.shape[2]
+    q_positions = jnp.broadcast_to(q_positions.astype(jnp.int32), q.shape[:2])
+    k_positions = jnp.broadcast_to(k_positions.astype(jnp.int32), (batch, k.shape[1]))
+    k, v = jnp.repeat(k, repeats, axis=2), jnp.repeat(v, repeats, axis=2)
+    return q, k, v, q_positions, k_positions
+
+
+def rotate_at(x: jax.Array, positions: jax.Array, rope: Any) -> jax.Array:
+    """``x [B, L, N, H]`` rotated at int32 ``positions [B, L]`` by the RoPE core."""
+    cos, sin = _rope.tables(positions, rope, None)
+    return _rope.rotate(x, cos, sin, rope.layout)
 
 
 def _pad(x: jax.Array, axis: int, size: int, value=0) -> jax.Array:

@@ -12,13 +12,25 @@ three)::
 so every relative distance stays below ``chunk_size``, and neighbours across a chunk
 boundary keep their order. These are vLLM's ``DualChunkRotaryEmbedding`` positions
 (``q_cache``, ``qc_cache`` and ``qc_cache[chunk_len - 1]``; ``k_cache`` at ``p %
-chunk_len``) and its prefill's choice of keys per chunk. When
-``original_max_position_embeddings > 0`` the logit scale is multiplied by
-``max(1, 0.1 ln(seq_len / original_max_position_embeddings) + 1)``, ``seq_len`` the
-number of keys seen (``max(k_positions) + 1``), as vLLM does. The three logits are
-merged per tile and folded into one online softmax, which equals vLLM's three
-flash-attention calls merged by their log-sum-exp. (vLLM's sparse "critical" queries,
-``sparse_attention_config``, are a speed device and are not implemented.)
+chunk_len``) and its prefill's choice of keys per chunk.
+
+When ``original_max_position_embeddings = T0 > 0``, vLLM scales the query and the
+key of every logit, each by the factor of the step that computed it::
+
+    s(n) = max(1, 0.1 ln(n / T0) + 1),   n = max(prompt_length, p + 1)
+
+for the token at position ``p``: every prompt token (keys and prefill queries) carries
+``s(prompt_length)``, and a token decoded at position ``p`` carries ``s(p + 1)``, the
+factor of the step that wrote its key and asked its query. So a prefill's logits
+carry ``s(prompt_length)`` squared (vLLM multiplies the keys before caching them and
+the softmax scale again), and a decode step's logit for a key ``j`` carries
+``s(p + 1) s(max(prompt_length, j + 1))``. The floor at 1 leaves a sequence shorter
+than ``T0`` unscaled.
+
+The three logits are merged per tile and folded into one online softmax, which equals
+vLLM's three flash-attention calls merged by their log-sum-exp. (vLLM's sparse
+"critical" queries, ``sparse_attention_config``, are a speed device and are not
+implemented.)
 
 Reference: An, Huang, Zhang, Gong, Qiu, Zhou, Kong, "Training-Free Long-Context
 Scaling of Large Language Models", ICML 2024 (Section 3); Qwen2.5-1M's
@@ -29,15 +41,21 @@ Scaling of Large Language Models", ICML 2024 (Section 3); Qwen2.5-1M's
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+import functools
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from flax_posenc._remap_checks import check_attention_inputs
-from flax_posenc._remapped import remapped_attention
-from flax_posenc._validation import check_integer_array, check_positive_int
-from flax_posenc.rope import RopeConfig, apply_rope
+from flax_posenc._remapped import batched, remapped_attention, rotate_at
+from flax_posenc._validation import (
+    check_integer_array,
+    check_positive_int,
+    is_traced,
+)
+from flax_posenc.rope import RopeConfig
 
 __all__ = [
     "DualChunkAttentionConfig",
@@ -168,6 +186,7 @@ def dual_chunk_attention(
     *,
     q_positions: jax.Array,
     k_positions: jax.Array | None = None,
+    prompt_length: int | jax.Array | None = None,
     rope: RopeConfig,
     config: DualChunkAttentionConfig,
     scale: float | None = None,
@@ -177,17 +196,28 @@ def dual_chunk_attention(
     """Causal RoPE attention with dual chunk attention's remapped positions.
 
     q and k come *unrotated*. The intra / successive / inter logit of each pair is
-    chosen by ``q_pos // c - k_pos // c`` (0, 1, >= 2), merged per tile.
+    chosen by ``q_pos // c - k_pos // c`` (0, 1, >= 2), merged per tile. With
+    ``config.original_max_position_embeddings > 0`` the logit of a query at ``p``
+    and a key at ``j`` is ``scale s(n_p) s(n_j) q.k``, ``n = max(prompt_length,
+    position + 1)`` (see the module docstring): ``s(prompt_length)**2`` in a
+    prefill; in a decode step ``s(p + 1)`` times the factor the key was cached
+    with, as vLLM computes it.
 
     Args:
       q: floating ``[B, L, N, H]`` or ``[L, N, H]``.
       k: floating ``[B, S, K, H]`` (q's rank), ``N`` a multiple of ``K``.
       v: floating ``[B, S, K, Hv]``.
       q_positions: integer ``[B, L]`` or ``[L]``, non-negative.
-      k_positions: integer ``[B, S]`` or ``[S]``; None means ``q_positions``.
+      k_positions: integer ``[B, S]`` or ``[S]``; None means ``q_positions`` (a
+        prefill of the whole prompt).
+      prompt_length: the number of prompt tokens, an int or int ``[B]`` (vLLM's
+        ``prompt_len``, per sequence): tokens past it were decoded one per step.
+        Required with a logit factor when ``k_positions`` is given (a decode
+        step over a key cache, a chunked prefill); None with ``k_positions=None``
+        means ``max(q_positions) + 1`` per sequence.
       rope: the model's :class:`flax_posenc.RopeConfig`.
       config: a :class:`DualChunkAttentionConfig`.
-      scale: the logit scale before DCA's factor; None is ``1 / sqrt(H)``.
+      scale: the logit scale before DCA's factors; None is ``1 / sqrt(H)``.
       block_q: query rows per tile.
       block_k: keys per tile.
 
@@ -195,10 +225,11 @@ def dual_chunk_attention(
       ``[B, L, N, Hv]`` (or ``[L, N, Hv]``) in q's dtype.
 
     Raises:
-      TypeError: non-floating q/k/v, non-integer positions, ``rope`` or ``config``
-        of another type, non-int block sizes.
+      TypeError: non-floating q/k/v, non-integer positions or ``prompt_length``,
+        ``rope`` or ``config`` of another type, non-int block sizes.
       ValueError: shapes that disagree, positions that break the positions rule,
-        block sizes ``<= 0``.
+        block sizes ``<= 0``, ``prompt_length`` missing, ``< 1`` or not one per
+        sequence.
 
     Examples:
       >>> q = jax.random.normal(jax.random.key(0), (1, 64, 2, 8))  # [B, L, N, H]
@@ -208,27 +239,105 @@ def dual_chunk_attention(
       ...     rope=fp.RopeConfig(head_dim=8), config=config, block_q=32).shape
       (1, 64, 2, 8)
 
+      A decode step at position 63 of a sequence whose prompt had 60 tokens:
+
+      >>> fp.dual_chunk_attention(q[:, -1:], q, q, q_positions=jnp.array([63]),
+      ...     k_positions=jnp.arange(64), prompt_length=60,
+      ...     rope=fp.RopeConfig(head_dim=8), config=config).shape
+      (1, 1, 2, 8)
+
     Reference: An et al., ICML 2024; vLLM's dual chunk attention.
     """
     _check_config(config)
-    q3, k3, v3, q_pos, k_pos, base_scale = check_attention_inputs(
+    q_pos, k_pos, base_scale = check_attention_inputs(
         q, k, v, q_positions, k_positions, rope, scale, block_q, block_k
     )
-    out = _dual_chunk(
-        q3, k3, v3, q_pos, k_pos, base_scale, rope, config, block_q, block_k
+    prompt = _check_prompt_length(prompt_length, k_positions, config, q.shape[:-3])
+    return _dual_chunk(
+        q,
+        k,
+        v,
+        q_pos,
+        k_pos,
+        prompt,
+        base_scale,
+        rope=rope,
+        config=config,
+        block_q=block_q,
+        block_k=block_k,
     )
-    return out[0] if q.ndim == 3 else out
 
 
-def _dual_chunk(q, k, v, q_pos, k_pos, scale, rope, config, block_q, block_k):
-    c = config.chunk_len
+def _check_prompt_length(
+    value: Any, k_positions: Any, config: DualChunkAttentionConfig, batch: tuple
+) -> jax.Array | None:
+    """``prompt_length`` as an integer array of shape ``()`` or ``batch``, or None
+    where the prefill default is right (see :func:`dual_chunk_attention`)."""
+    if value is None:
+        if k_positions is not None and config.original_max_position_embeddings > 0:
+            raise ValueError(
+                "`prompt_length` must be given with `k_positions` when "
+                "config.original_max_position_embeddings > 0: each key carries the "
+                "logit factor of the step that cached it, which the prompt's "
+                "length decides (vLLM's prompt_len), got None. Hint: "
+                "prompt_length=<prompt tokens> (an int, or [B] per sequence); for "
+                "a prefill of the whole prompt, leave k_positions=None."
+            )
+        return None
+    dtype = None
+    if not isinstance(value, (bool, str, bytes)):
+        dtype = value.dtype if hasattr(value, "dtype") else np.asarray(value).dtype
+    if dtype is None or not jnp.issubdtype(dtype, jnp.integer):
+        shown = f"dtype {dtype}" if hasattr(value, "dtype") else repr(value)
+        raise TypeError(
+            "`prompt_length` must be an int or an integer array [B] (the prompt's "
+            f"token count per sequence), got {type(value).__name__} {shown}. Hint: "
+            "prompt_length=len(prompt_tokens)."
+        )
+    value = check_integer_array("prompt_length", value)
+    if value.shape not in ((), batch):
+        raise ValueError(
+            f"`prompt_length` must be a scalar or one count per sequence, shape "
+            f"{batch} (q.shape[:-3]), got shape {tuple(value.shape)}."
+        )
+    least = None if is_traced(value) else int(np.asarray(value).min(initial=1))
+    if least is not None and least < 1:
+        raise ValueError(
+            f"`prompt_length` must be >= 1 (a prompt holds a token), got a minimum "
+            f"of {least}. Hint: the number of tokens prefilled."
+        )
+    return value
+
+
+def _factor(positions: jax.Array, prompt: jax.Array, original: int) -> jax.Array:
+    """float32 ``s(max(prompt, p + 1))`` ``[B, L, 1, 1]`` for int32 positions ``[B,
+    L]`` and ``prompt [B, 1]``: vLLM's ``(0.1 ln(orig_seq_len / original) +
+    1).clip(min=1)`` at the step that computed the token's key and query."""
+    written = jnp.maximum(prompt, positions + 1).astype(jnp.float32)
+    factor = jnp.maximum(0.1 * jnp.log(written / original) + 1.0, 1.0)
+    return factor[:, :, None, None]
+
+
+def _scaled(x: jax.Array, factor: jax.Array) -> jax.Array:
+    return x.astype(jnp.float32) * factor
+
+
+@functools.partial(jax.jit, static_argnames=("rope", "config", "block_q", "block_k"))
+def _dual_chunk(
+    q, k, v, q_positions, k_positions, prompt, scale, *, rope, config, block_q, block_k
+) -> jax.Array:
+    q3, k3, v3, q_pos, k_pos = batched(q, k, v, q_positions, k_positions)
     qp, kp = _positions(q_pos, config), _positions(k_pos, config)
-    qs = [apply_rope(q, p, rope) for p in (qp.intra, qp.successive, qp.inter)]
-    ks = [apply_rope(k, kp.key, rope)]
-    if config.original_max_position_embeddings > 0:
-        seq_len = (jnp.max(k_pos) + 1).astype(jnp.float32)
-        ratio = seq_len / config.original_max_position_embeddings
-        scale = scale * jnp.maximum(0.1 * jnp.log(ratio) + 1.0, 1.0)
+    qs = [rotate_at(q3, p, rope) for p in (qp.intra, qp.successive, qp.inter)]
+    ks = [rotate_at(k3, kp.key, rope)]
+    original = config.original_max_position_embeddings
+    if original > 0:
+        if prompt is None:  # a prefill of the whole prompt, per sequence
+            prompt = jnp.max(q_pos, axis=1) + 1
+        prompt = jnp.broadcast_to(prompt.astype(jnp.int32), q_pos.shape[:1])[:, None]
+        qs = [_scaled(x, _factor(q_pos, prompt, original)) for x in qs]
+        ks = [_scaled(x, _factor(k_pos, prompt, original)) for x in ks]
+    c = config.chunk_len
 
     def select(q_block: jax.Array, k_block: jax.Array) -> jax.Array:
         apart = q_block[:, :, None] // c - k_block[:, None, :] // c
@@ -236,6 +345,6 @@ def _dual_chunk(q, k, v, q_pos, k_pos, scale, rope, config, block_q, block_k):
 
     pairs = ((0, 0), (1, 0), (2, 0))
     out = remapped_attention(
-        qs, ks, v, q_pos, k_pos, pairs, select, scale, block_q, block_k
+        qs, ks, v3, q_pos, k_pos, pairs, select, scale, block_q, block_k
     )
-    return out.astype(q.dtype)
+    return (out[0] if q.ndim == 3 else out).astype(q.dtype)

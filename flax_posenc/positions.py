@@ -24,6 +24,7 @@ All outputs are ``int32``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -91,6 +92,12 @@ def positions_from_segment_ids(segment_ids: jax.Array) -> jax.Array:
     """
     segment_ids = check_integer_array("segment_ids", segment_ids)
     _check_sequences("segment_ids", segment_ids)
+    return _segment_positions(segment_ids)
+
+
+@jax.jit
+def _segment_positions(segment_ids: jax.Array) -> jax.Array:
+    """:func:`positions_from_segment_ids` of checked ids, as one compiled program."""
     index = _arange_like(segment_ids)
     previous = jnp.concatenate([segment_ids[..., :1], segment_ids[..., :-1]], axis=-1)
     starts = (index == 0) | (segment_ids != previous)
@@ -124,14 +131,24 @@ def positions_from_padding_mask(mask: jax.Array) -> jax.Array:
       >>> fp.positions_from_padding_mask(mask).tolist()
       [[0, 0, 0, 1, 2], [0, 1, 2, 0, 0]]
     """
-    mask = jnp.asarray(mask)
+    if not isinstance(mask, jax.Array):  # jnp.asarray would compile a copy program
+        mask = np.asarray(mask)
     if mask.dtype != jnp.bool_ and not jnp.issubdtype(mask.dtype, jnp.integer):
         raise TypeError(
             f"`mask` must be a bool or integer array, got dtype {mask.dtype} with "
             f"shape {tuple(mask.shape)}."
         )
-    mask = mask != 0
+    if isinstance(mask, np.ndarray):
+        mask = mask != 0  # on the host: an int64 mask is not narrowed first
     _check_sequences("mask", mask)
+    return _padding_positions(mask)
+
+
+@jax.jit
+def _padding_positions(mask: jax.Array) -> jax.Array:
+    """:func:`positions_from_padding_mask` of a checked mask, as one compiled
+    program."""
+    mask = mask != 0
     counts = jnp.cumsum(mask.astype(jnp.int32), axis=-1)
     return jnp.where(mask, counts - 1, 0).astype(jnp.int32)
 
@@ -164,10 +181,16 @@ def positions_from_offsets(offsets: jax.Array | int, length: int = 1) -> jax.Arr
     """
     offsets = check_integer_array("offsets", offsets)
     length = check_positive_int("length", length)
-    if not is_traced(offsets) and offsets.size and int(np.min(offsets)) < 0:
-        raise ValueError(
-            f"`offsets` must be >= 0, got a minimum of {int(np.min(offsets))}."
-        )
+    if not is_traced(offsets) and offsets.size:
+        lowest = int(np.asarray(offsets).min())  # on the host: no program
+        if lowest < 0:
+            raise ValueError(f"`offsets` must be >= 0, got a minimum of {lowest}.")
+    return _offset_positions(offsets, length)
+
+
+@functools.partial(jax.jit, static_argnames="length")
+def _offset_positions(offsets: jax.Array, length: int) -> jax.Array:
+    """:func:`positions_from_offsets` of checked arguments, as one compiled program."""
     steps = jnp.arange(length, dtype=jnp.int32).reshape((1,) * offsets.ndim + (-1,))
     return offsets.astype(jnp.int32)[..., None] + steps
 
@@ -223,7 +246,8 @@ def grid_positions(grid_shape: Sequence[int]) -> jax.Array:
         check_positive_int(f"grid_shape[{a}]", n) for a, n in enumerate(grid_shape)
     ]
     coordinates = np.indices(sizes).reshape(len(sizes), -1).T
-    return jnp.asarray(coordinates, jnp.int32)
+    # Built on the host and placed as is: jnp.asarray would compile a copy program.
+    return jax.device_put(coordinates.astype(np.int32))
 
 
 def _check_window(
@@ -305,6 +329,14 @@ def randomized_positions(
     """
     key = _check_key(key)
     length, max_len, batch = _check_window(length, max_len, batch_shape)
+    return _randomized(key, length, max_len, batch)
+
+
+@functools.partial(jax.jit, static_argnames=("length", "max_len", "batch"))
+def _randomized(
+    key: jax.Array, length: int, max_len: int, batch: tuple[int, ...]
+) -> jax.Array:
+    """:func:`randomized_positions` of checked arguments, as one compiled program."""
     scores = jax.random.uniform(key, batch + (max_len,))
     chosen = jax.lax.top_k(scores, length)[1]  # L distinct indices per sequence
     return jnp.sort(chosen, axis=-1).astype(jnp.int32)
@@ -320,13 +352,17 @@ def pose_positions(
 ) -> jax.Array:
     """PoSE's training positions: ``num_chunks`` contiguous chunks with random skips.
 
-    The window of ``L`` tokens is cut at ``num_chunks - 1`` distinct random points
-    into chunks of at least one token; chunk ``c`` is moved right by a skipping
-    bias ``u_c``, with ``u_0 = 0`` (the first chunk starts at 0, as in the authors'
-    code) and ``u_1 <= ... <= u_{C-1}`` sorted uniform draws from ``[0, max_len -
-    L]``. So ``positions[t] = t + u_{chunk(t)}``: contiguous inside each chunk,
-    strictly increasing, the last below ``max_len``. Relative distances up to
-    ``max_len - 1`` appear while the window stays ``L`` long.
+    The window of ``L`` tokens is cut into chunks ``l_0, ..., l_{C-1}`` of at least
+    one token, drawn one after another: ``l_i ~ U{1, ..., L - st_i - (C - 1 -
+    i)}`` with ``st_i = l_0 + ... + l_{i-1}`` (room left for the later chunks), the
+    last chunk takes the rest. Chunk ``i`` is moved right by a skipping bias ``u_i``,
+    also drawn one after another: ``u_0 = 0`` and ``u_i ~ U{u_{i-1}, ..., max_len -
+    L}`` (eq. 4 of the paper; both ends reachable). So ``positions[t] = t +
+    u_{chunk(t)}``: contiguous inside each chunk, strictly increasing, the last below
+    ``max_len``. Relative distances up to ``max_len - 1`` appear while the window
+    stays ``L`` long. This is the paper's distribution for any ``C`` (its Figure 6
+    code for 2 and 3 chunks); its released training script draws 2 chunks with the
+    first at most ``(L + 1) // 2`` long.
 
     Args:
       key: a JAX PRNG key, traced or concrete.
@@ -349,7 +385,8 @@ def pose_positions(
       (0, True, True)
 
     Reference: Zhu, Yang, Wang, Song, Wu, Wei, Li, "PoSE: Efficient Context Window
-    Extension of LLMs via Positional Skip-wise Training", ICLR 2024 (Section 3.2).
+    Extension of LLMs via Positional Skip-wise Training", ICLR 2024 (Section 3.2,
+    eqs. 3-4; Appendix B, Figure 6).
     """
     key = _check_key(key)
     length, max_len, batch = _check_window(length, max_len, batch_shape)
@@ -359,21 +396,42 @@ def pose_positions(
             f"`num_chunks` must be <= length ({length}): every chunk holds a token, "
             f"got {num_chunks}."
         )
-    cut_key, skip_key = jax.random.split(key)
-    index = jnp.arange(length, dtype=jnp.int32)
+    return _pose(
+        key, length=length, top=max_len - length, num_chunks=num_chunks, batch=batch
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("length", "top", "num_chunks", "batch"))
+def _pose(
+    key: jax.Array, *, length: int, top: int, num_chunks: int, batch: tuple[int, ...]
+) -> jax.Array:
+    """``t + u_{chunk(t)}`` for every token ``t`` of the window, as one program."""
+    index = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), batch + (length,))
     if num_chunks == 1:
-        return jnp.broadcast_to(index, batch + (length,))
-    # num_chunks - 1 distinct cut points in [1, L): chunk c = tokens past c cuts.
-    scores = jax.random.uniform(cut_key, batch + (length - 1,))
-    cuts = jax.lax.top_k(scores, num_chunks - 1)[1].astype(jnp.int32) + 1
-    index = jnp.broadcast_to(index, batch + (length,))
+        return index
+    starts, skips = _pose_chunks(key, length, top, num_chunks, batch)
     chunk = jnp.sum(
-        index[..., None, :] >= cuts[..., :, None], axis=-2, dtype=jnp.int32
-    )  # [..., L]: how many cuts lie at or before each token
-    skips = jax.random.randint(
-        skip_key, batch + (num_chunks - 1,), 0, max_len - length + 1
-    )
-    skips = jnp.concatenate(
-        [jnp.zeros(batch + (1,), jnp.int32), jnp.sort(skips, axis=-1)], axis=-1
-    )
-    return (index + jnp.take_along_axis(skips, chunk, axis=-1)).astype(jnp.int32)
+        index[..., None, :] >= starts[..., :, None], axis=-2, dtype=jnp.int32
+    )  # [..., L]: how many later chunks start at or before each token
+    skips = jnp.concatenate([jnp.zeros(batch + (1,), jnp.int32), skips], axis=-1)
+    return index + jnp.take_along_axis(skips, chunk, axis=-1)
+
+
+def _pose_chunks(
+    key: jax.Array, length: int, top: int, num_chunks: int, batch: tuple[int, ...]
+) -> tuple[jax.Array, jax.Array]:
+    """The sequential draws of :func:`pose_positions`: the starts ``st_1..st_{C-1}``
+    and skips ``u_1..u_{C-1}``, int32 ``batch + (C - 1,)``, two draws per chunk."""
+
+    def draw(carry, step):
+        start, skip = carry
+        later, keys = step  # the chunks after this one; two keys
+        size = jax.random.randint(keys[0], batch, 1, length - start - later + 1)
+        skip = jax.random.randint(keys[1], batch, skip, top + 1)
+        return (start + size, skip), (start + size, skip)
+
+    zeros = jnp.zeros(batch, jnp.int32)
+    later = jnp.arange(num_chunks - 1, 0, -1, dtype=jnp.int32)
+    keys = jax.random.split(key, (num_chunks - 1, 2))
+    _, (starts, skips) = jax.lax.scan(draw, (zeros, zeros), (later, keys))
+    return jnp.moveaxis(starts, 0, -1), jnp.moveaxis(skips, 0, -1)

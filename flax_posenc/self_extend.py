@@ -24,13 +24,15 @@ window``).
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
 from flax_posenc._remap_checks import check_attention_inputs
-from flax_posenc._remapped import remapped_attention
+from flax_posenc._remapped import batched, remapped_attention, rotate_at
 from flax_posenc._validation import check_positive_int
-from flax_posenc.rope import RopeConfig, apply_rope
+from flax_posenc.rope import RopeConfig
 
 __all__ = ["self_extend_attention"]
 
@@ -89,40 +91,54 @@ def self_extend_attention(
     """
     group_size = check_positive_int("group_size", group_size)
     window = check_positive_int("window", window)
-    q3, k3, v3, q_pos, k_pos, base_scale = check_attention_inputs(
+    q_pos, k_pos, base_scale = check_attention_inputs(
         q, k, v, q_positions, k_positions, rope, scale, block_q, block_k
     )
-    out = _self_extend(
-        q3,
-        k3,
-        v3,
+    return _self_extend(
+        q,
+        k,
+        v,
         q_pos,
         k_pos,
         base_scale,
-        rope,
-        group_size,
-        window,
-        block_q,
-        block_k,
+        rope=rope,
+        group_size=group_size,
+        window=window,
+        block_q=block_q,
+        block_k=block_k,
     )
-    return out[0] if q.ndim == 3 else out
 
 
+@functools.partial(
+    jax.jit, static_argnames=("rope", "group_size", "window", "block_q", "block_k")
+)
 def _self_extend(
-    q, k, v, q_pos, k_pos, scale, rope, group_size, window, block_q, block_k
+    q,
+    k,
+    v,
+    q_positions,
+    k_positions,
+    scale,
+    *,
+    rope,
+    group_size,
+    window,
+    block_q,
+    block_k,
 ) -> jax.Array:
+    q3, k3, v3, q_pos, k_pos = batched(q, k, v, q_positions, k_positions)
     shift = window - window // group_size
     qs = [
-        apply_rope(q, q_pos, rope),
-        apply_rope(q, q_pos // group_size + shift, rope),
+        rotate_at(q3, q_pos, rope),
+        rotate_at(q3, q_pos // group_size + shift, rope),
     ]
-    ks = [apply_rope(k, k_pos, rope), apply_rope(k, k_pos // group_size, rope)]
+    ks = [rotate_at(k3, k_pos, rope), rotate_at(k3, k_pos // group_size, rope)]
 
     def select(qp: jax.Array, kp: jax.Array) -> jax.Array:
         near = (qp[:, :, None] - kp[:, None, :]) < window
         return jnp.where(near, 0, 1)
 
     out = remapped_attention(
-        qs, ks, v, q_pos, k_pos, ((0, 0), (1, 1)), select, scale, block_q, block_k
+        qs, ks, v3, q_pos, k_pos, ((0, 0), (1, 1)), select, scale, block_q, block_k
     )
-    return out.astype(q.dtype)
+    return (out[0] if q.ndim == 3 else out).astype(q.dtype)

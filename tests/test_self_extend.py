@@ -13,6 +13,7 @@ from helpers import normal
 import flax_posenc as fp
 
 ROPE = fp.RopeConfig(head_dim=8)
+DECODE = dict(rope=ROPE, config=fp.DualChunkAttentionConfig(8, 2, 4))
 
 
 def qkv(length, heads=2, kv_heads=2, seed=0, dtype=jnp.float32):
@@ -26,6 +27,7 @@ def qkv(length, heads=2, kv_heads=2, seed=0, dtype=jnp.float32):
     "group_size, window",
     [
         (4, 8),
+        (3, 7),  # a window that is not a multiple of G: W // G rounds down
         pytest.param(2, 5, marks=pytest.mark.slow),
         pytest.param(3, 40, marks=pytest.mark.slow),
     ],
@@ -76,31 +78,74 @@ def test_self_extend_decode_step_equals_the_full_sequence_row():
     np.testing.assert_allclose(step[0], full[-1], atol=2e-6)
 
 
-@pytest.mark.parametrize(
-    "chunk_size, local_size, original, length",
-    [(8, 2, 8, 29), pytest.param(10, 3, 0, 33, marks=pytest.mark.slow)],
-)
-def test_dual_chunk_matches_vllm(chunk_size, local_size, original, length):
-    q, k, v = qkv(length)
-    config = fp.DualChunkAttentionConfig(
+def dca(chunk_size, local_size, original):
+    return fp.DualChunkAttentionConfig(
         chunk_size=chunk_size,
         local_size=local_size,
         original_max_position_embeddings=original,
     )
+
+
+@pytest.mark.parametrize(
+    "chunk_size, local_size, original, length",
+    [
+        (8, 2, 8, 29),  # factor 1.13 (squared); inter at chunk_size (clamped)
+        (16, 9, 8, 40),  # inter at 2 c - 1 = 13 < chunk_size
+        (8, 2, 64, 29),  # shorter than the original length: factor 1, not 0.92
+        pytest.param(10, 3, 0, 33, marks=pytest.mark.slow),  # no factor
+    ],
+)
+def test_dual_chunk_prefill_matches_vllm(chunk_size, local_size, original, length):
+    q, k, v = qkv(length, heads=4)
+    config = dca(chunk_size, local_size, original)
     got = jax.jit(
         lambda q, k, v, p: fp.dual_chunk_attention(
             q, k, v, q_positions=p, rope=ROPE, config=config, block_q=8, block_k=4
         )
-    )(q, k, v, jnp.arange(length))
-    want = ref.vllm_dual_chunk(
-        q, k, v, np.arange(length), chunk_size, local_size, original
-    )
+    )(q, k, v, np.arange(length))
+    want = ref.vllm_dual_chunk_prefill(q, k, v, chunk_size, local_size, original)
     np.testing.assert_allclose(got, want, atol=2e-5)
 
 
-def test_dual_chunk_positions_are_vllms_caches():
-    config = fp.DualChunkAttentionConfig(chunk_size=16, local_size=4)
-    c = 12
+@pytest.mark.parametrize(
+    "chunk_size, local_size, original",
+    [(16, 9, 4), pytest.param(8, 2, 64, marks=pytest.mark.slow)],
+)
+def test_dual_chunk_decode_matches_vllm_with_keys_cached_at_each_length(
+    chunk_size, local_size, original
+):
+    """Two sequences of 40 tokens, prompts of 20 and 31: the last 9 tokens are
+    decode steps of both, over caches whose keys carry the factors of the steps
+    that wrote them."""
+    length, prompts, steps = 40, np.array([20, 31]), 9
+    pairs = zip(qkv(length, 4, seed=0), qkv(length, 4, seed=1), strict=True)
+    q, k, v = (np.stack(pair) for pair in pairs)  # [2, 40, N, H]
+    config = dca(chunk_size, local_size, original)
+    got = jax.jit(
+        lambda q, k, v, prompt: fp.dual_chunk_attention(
+            q[:, -steps:],
+            k,
+            v,
+            q_positions=np.arange(length - steps, length),
+            k_positions=np.arange(length),
+            prompt_length=prompt,
+            rope=ROPE,
+            config=config,
+            block_q=4,
+            block_k=8,
+        )
+    )(q, k, v, prompts)
+    for b, prompt in enumerate(prompts):
+        want = ref.vllm_dual_chunk_decode(
+            q[b], k[b], v[b], int(prompt), chunk_size, local_size, original
+        )
+        np.testing.assert_allclose(got[b], want[-steps:], atol=2e-5)
+
+
+@pytest.mark.parametrize("local_size", [4, 9])  # inter clamped at 16; 2 c - 1 = 13
+def test_dual_chunk_positions_are_vllms_caches(local_size):
+    config = fp.DualChunkAttentionConfig(chunk_size=16, local_size=local_size)
+    c = 16 - local_size
     p = np.arange(100)
     got = fp.dual_chunk_positions(p, config)
     q_t, qc_t = np.arange(c), np.minimum(np.arange(c) + c, 16)
@@ -245,6 +290,53 @@ def test_traced_positions_no_retrace_bf16_and_gradients(name):
             ),
             TypeError,
             "`q`",
+        ),
+        (
+            lambda q: fp.dual_chunk_attention(
+                q[:1], q, q, q_positions=[5], k_positions=jnp.arange(6), **DECODE
+            ),
+            ValueError,
+            r"`prompt_length` must be given with `k_positions`.*got None",
+        ),
+        (
+            lambda q: fp.dual_chunk_attention(
+                q, q, q, q_positions=jnp.arange(6), prompt_length=4.0, **DECODE
+            ),
+            TypeError,
+            r"`prompt_length` must be an int or an integer array \[B\].*float 4.0",
+        ),
+        (
+            lambda q: fp.dual_chunk_attention(
+                q, q, q, q_positions=jnp.arange(6), prompt_length=True, **DECODE
+            ),
+            TypeError,
+            "`prompt_length` must be an int",
+        ),
+        (
+            lambda q: fp.dual_chunk_attention(
+                q, q, q, q_positions=jnp.arange(6), prompt_length=[3, 4], **DECODE
+            ),
+            ValueError,
+            r"`prompt_length` must be a scalar or one count per sequence, shape \(\)",
+        ),
+        (
+            lambda q: fp.dual_chunk_attention(
+                q, q, q, q_positions=jnp.arange(6), prompt_length=0, **DECODE
+            ),
+            ValueError,
+            r"`prompt_length` must be >= 1.*minimum of 0",
+        ),
+        (
+            lambda q: fp.dual_chunk_attention(
+                q,
+                q,
+                q,
+                q_positions=jnp.arange(6),
+                rope=fp.RopeConfig(head_dim=4),
+                config=fp.DualChunkAttentionConfig(8, 2),
+            ),
+            ValueError,
+            r"`q` and `k` must have H = rope.head_dim \(4\), got H = 8",
         ),
     ],
 )
