@@ -2,7 +2,7 @@
 
 JSON null is a value; a key near a RoPE key is a typo; a value transformers only
 warns about is computed with, and warned about. Each rule here was read from
-transformers 5.24's code (config classes, ``modeling_rope_utils``, the models'
+transformers 5.25's code (config classes, ``modeling_rope_utils``, the models'
 attention) and, where transformers computes, pinned by ``hf_edge_cases.json``, which
 transformers itself wrote (``tools/make_hf_edge_cases.py``).
 """
@@ -13,10 +13,12 @@ import json
 import pathlib
 import warnings
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import flax_posenc as fp
+from flax_posenc.hf import _typos
 
 LLAMA = {
     "model_type": "llama",
@@ -62,6 +64,12 @@ REFUSED = [
     ({**LLAMA, "partial_rotary_factr": 0.5}, r"close to 'partial_rotary_factor'"),
     ({**LLAMA, "max_position_embedding": 8192}, r"close to 'max_position_embeddings'"),
     ({**LLAMA, "rope_thetaaa": 5e5}, r"close to 'rope_theta'"),  # two letters longer
+    # LlamaConfig refuses a hidden size its head count does not divide.
+    ({**LLAMA, "hidden_size": 66},
+     r"config\['hidden_size'\] \(llama\) is 66, which num_attention_heads \(4\) does "
+     r"not divide: transformers' LlamaConfig refuses the config .* Give the "
+     r"checkpoint's own hidden_size and num_attention_heads."),
+    ({**LLAMA, "hidden_size": 66, "head_dim": 16}, r"is 66, which num_attention_heads"),
     # A nested block with no layer types to choose it by.
     ({**LLAMA, "rope_parameters": {"full_attention": {"rope_theta": 1e4}}},
      r"nested by layer type \['full_attention'\], but it names no layer_types"),
@@ -182,63 +190,66 @@ FIXTURES = pathlib.Path(__file__).parent / "fixtures"
 EDGE = json.loads((FIXTURES / "hf_edge_cases.json").read_text())
 
 
-def _readable(case: dict) -> dict | None:
-    """The case's published config, else its to_dict() form, whichever the reader
-    reads (some classes derive layer lists only the v5 form spells out)."""
-    for config in (case["config"], case["config_dict"]):
-        try:
-            fp.read_hf_rope(config)
-            return config
-        except ValueError:
-            continue
-    return None
+def _readable(config: dict) -> bool:
+    try:
+        fp.read_hf_rope(config)
+    except ValueError:
+        return False
+    return True
 
 
-BASE_CONFIGS = {}
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    for _case in json.loads((FIXTURES / "hf_models.json").read_text())["cases"]:
-        if _case["model_type"] not in BASE_CONFIGS:
-            BASE_CONFIGS[_case["model_type"]] = _readable(_case)
+    READABLE = {  # types whose published (v4) config.json the reader reads as it is
+        case["model_type"]
+        for case in json.loads((FIXTURES / "hf_models.json").read_text())["cases"]
+        if _readable(case["config"])
+    }
+# Where the reader still computes and transformers fails (reported in issue 31):
+# DeepSeek-V4's factor sizes the rope slice of its [nope | rope] heads, and the small
+# model fails on 0.5 in its blocks for a reason the reader does not repeat yet.
+NOT_FOLLOWED = {("deepseek_v4", "default/in_block")}
 PARTIAL_QUESTIONS = [
-    (model_type, question, answer)
+    pytest.param(
+        model_type,
+        question,
+        answer,
+        id=f"{model_type}-{question}",
+        marks=[pytest.mark.xfail(strict=True)]
+        if (model_type, question) in NOT_FOLLOWED
+        else [],
+    )
     for model_type, answers in EDGE["partial_rotary_factor_read"].items()
     for question, answer in answers.items()
-    if isinstance(answer, (bool, str))
-    and ("/" not in question or "in_block" in question)
-    and BASE_CONFIGS.get(model_type) is not None  # None: refused whatever the key
+    if isinstance(answer, (bool, str)) and model_type in READABLE
 ]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "model_type, question, answer",
-    PARTIAL_QUESTIONS,
-    ids=[f"{t}-{q}" for t, q, _ in PARTIAL_QUESTIONS],
-)
+@pytest.mark.parametrize("model_type, question, answer", PARTIAL_QUESTIONS)
 def test_partial_rotary_factor_is_read_where_transformers_reads_it(
     model_type, question, answer
 ):
-    """transformers (hf_edge_cases.json) added a partial_rotary_factor to each type's
-    config, at the top level or inside an added block: where it changed what the
-    attention rotates, the reader reads it; where it was ignored or failed, the
-    reader refuses it."""
+    """transformers (hf_edge_cases.json) ran each type with a partial_rotary_factor
+    added, at the top level or inside a rope block: where it rotated other features,
+    the reader rotates the same number per layer; where it ignored the key or failed,
+    the reader refuses it (a model that never calls its rotary function reads
+    nothing)."""
     details = EDGE["partial_rotary_factor_details"][model_type][question]
-    config = dict(BASE_CONFIGS[model_type])
-    if details["where"] == "top level":
-        config["partial_rotary_factor"] = details["partial_rotary_factor"]
-    else:
-        config.pop("rope_parameters", None)
-        config["rope_scaling"] = details["rope_parameters_with"]
-    if answer is True:
-        spec = fp.read_hf_rope(config)
-        assert any(layer.rope is not None for layer in spec.layers)
+    if answer is True and "with" in details:
+        spec = fp.read_hf_rope(details["config_with"])
+        for index, uses_rope, rotated, frequencies in details["with"]:
+            layer = spec.layer(index)
+            assert (layer.rope is not None) == uses_rope
+            if uses_rope:
+                assert layer.rope.rotated_features == 2 * frequencies, index
+                assert rotated in (None, layer.rope.rotated_features), index
         return
     try:
-        spec = fp.read_hf_rope(config)
+        spec = fp.read_hf_rope(details["config_with"])
     except ValueError as error:
-        assert "does not read it" in str(error)
-    else:  # a model that never calls its rotary function reads nothing
+        assert "partial_rotary_factor" in str(error) or "mrope_section" in str(error)
+    else:
         assert all(layer.rope is None for layer in spec.layers)
 
 
@@ -351,3 +362,61 @@ def test_dual_chunk_attention_config_needs_its_sizes_and_a_dict():
 def test_rope_config_from_hf_does_not_drop_dual_chunk_attention():
     with pytest.raises(ValueError, match="dual_chunk_attention_config"):
         fp.rope_config_from_hf(QWEN_1M)
+
+
+def test_rope_scaling_wins_over_rope_parameters_as_in_transformers():
+    """PreTrainedConfig keeps ``rope_scaling or rope_parameters``: given both, the
+    rope_scaling block counts (hf_edge_cases.json, section malformed, pins the
+    numbers); an empty or null rope_scaling leaves rope_parameters."""
+    linear4 = {"rope_type": "linear", "factor": 4.0}
+    both = {**LLAMA, "rope_scaling": {"rope_type": "linear", "factor": 2.0}}
+    assert read({**both, "rope_parameters": linear4}).layer(0).rope.scaling == (
+        fp.LinearScaling(factor=2.0)
+    )
+    for empty in ({}, None):
+        config = {**LLAMA, "rope_scaling": empty, "rope_parameters": linear4}
+        assert read(config).layer(0).rope.scaling == fp.LinearScaling(factor=4.0)
+
+
+def test_a_class_without_the_check_floors_the_head_size():
+    """Qwen2Config accepts hidden_size 66 with 4 heads: its attention uses 66 // 4."""
+    config = {**LLAMA, "model_type": "qwen2", "hidden_size": 66}
+    assert read(config).layer(0).rope.head_dim == 16
+
+
+@pytest.mark.parametrize(
+    "a, b, distance",
+    [
+        ("xyrope_theta", "rope_theta", 2),  # a deleted prefix costs one per character
+        ("rope_theta", "xyrope_theta", 2),  # an inserted one too
+        ("abrope_the", "rope_theta", 4),  # prefix deleted, suffix inserted
+        ("rope_theta", "abrope_the", 4),
+        ("abc", "", 3),
+        ("", "abc", 3),
+    ],
+)
+def test_edit_distance_counts_edits_at_the_start(a, b, distance):
+    assert _typos.edit_distance(a, b) == distance
+
+
+def test_a_key_four_edits_away_is_not_a_typo():
+    """``abrope_the`` is four edits from ``rope_theta`` (two leading characters
+    deleted, two trailing ones inserted): no typo, so read as transformers ignores it."""
+    assert read({**LLAMA, "abrope_the": 1.0}).layer(0).rope == fp.RopeConfig(
+        head_dim=64
+    )
+
+
+def test_llama4_temperature_past_floor_scale_matches_transformers():
+    """Llama 4's NoPE-layer query factor at positions 16382..16385 (floor 1 and 2 of
+    (p + 1) / 8192): q as Llama4TextAttention hands it to the attention interface
+    after 16382 cached tokens (hf_edge_cases.json, llama4_temperature)."""
+    case = EDGE["llama4_temperature"]
+    layer = read(case["config"]).layer(case["layer_index"])
+    positions = jnp.asarray(case["positions"])
+    assert int(positions.max()) > 8192
+    got = fp.apply_query_scaling(
+        jnp.asarray(case["q_in"], jnp.float32), positions, layer.query_scaling
+    )
+    want = np.asarray(case["q_out"], np.float32)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=2e-7, atol=0)

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from flax_posenc._validation import check_length
 from flax_posenc.hf._config import Config
-from flax_posenc.hf._models import PARTIAL_ROTARY
+from flax_posenc.hf._models import PARTIAL_BLOCK_ONLY, PARTIAL_FAILS, PARTIAL_ROTARY
 
 RopeType = Literal[
     "default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional"
@@ -104,9 +104,8 @@ def _split_blocks(cfg: Config, given: dict | None) -> dict[str | None, dict | No
 def blocks(cfg: Config) -> dict[str | None, dict | None]:
     """The rope block of every layer type (``None``: one block for all layers), with
     ``rope_theta`` filled in as transformers does."""
-    given = cfg.config.get("rope_parameters")
-    if given is None:
-        given = cfg.config.get("rope_scaling")
+    # PreTrainedConfig: ``rope_scaling or rope_parameters`` (a given rope_scaling wins)
+    given = cfg.config.get("rope_scaling") or cfg.config.get("rope_parameters")
     if given is not None and not isinstance(given, Mapping):
         raise TypeError(
             f"config['rope_parameters'/'rope_scaling'] must be a dict or null, got "
@@ -278,9 +277,11 @@ def check_keys(
 def check_partial_is_read(
     cfg: Config, block: Mapping[str, Any], rope_type: RopeType, where: str
 ) -> None:
-    """Refuses a ``partial_rotary_factor`` the model does not read (see
-    ``_models.PARTIAL_ROTARY``); 1 and the class's own factor change nothing."""
-    if cfg.model_type in PARTIAL_ROTARY:
+    """Refuses a ``partial_rotary_factor`` where the model does not read it (see
+    ``_models.PARTIAL_ROTARY`` and ``PARTIAL_BLOCK_ONLY``); 1 and the class's own
+    factor change nothing."""
+    reads = cfg.model_type in PARTIAL_ROTARY | PARTIAL_FAILS
+    if reads and cfg.model_type not in PARTIAL_BLOCK_ONLY:
         return
     default = cfg.defaults.get("rope_parameters") or {}
     blocks = [default] if "rope_type" in default else [*default.values()]
@@ -292,13 +293,24 @@ def check_partial_is_read(
     given = [
         (cfg.where("partial_rotary_factor"), cfg.explicit("partial_rotary_factor"))
     ]
-    if not own:  # a class with a factor of its own reads the block's
+    if not reads and not own:  # a class with a factor of its own reads the block's
         given.append(
             (f"{where}['partial_rotary_factor']", block.get("partial_rotary_factor"))
         )
     for name, value in given:
         if value is None or value == 1.0 or value == same:
             continue
+        if reads:
+            fix = (
+                "Remove the key"  # a factor below 1 fails there too
+                if cfg.model_type in PARTIAL_FAILS
+                else "Move it into rope_parameters"
+            )
+            raise ValueError(
+                f"{name} is {value}, but transformers' {cfg.model_type!r} reads the "
+                f"factor only inside its rope blocks (rope_type {rope_type!r}); at "
+                f"the top level it is ignored or overridden. {fix}."
+            )
         effect = (
             f"it keeps its own factor {sorted(own)}"
             if own
@@ -308,4 +320,16 @@ def check_partial_is_read(
         raise ValueError(
             f"{name} is {value}, but transformers' {cfg.model_type!r} does not read "
             f"it (rope_type {rope_type!r}): {effect}. Remove the key."
+        )
+
+
+def check_partial_computes(cfg: Config, partial: float, where: str) -> None:
+    """Refuses a partial factor below 1 for a model whose rotary module reads it but
+    whose attention rotates the whole head (``_models.PARTIAL_FAILS``)."""
+    if cfg.model_type in PARTIAL_FAILS and partial != 1.0:
+        raise ValueError(
+            f"{where}['partial_rotary_factor'] is {partial}: transformers' "
+            f"{cfg.model_type!r} computes fewer frequencies from it, but its attention "
+            "rotates the whole head, so its first forward fails on the shapes "
+            "(expected 1 or no factor). Remove the key."
         )

@@ -139,20 +139,35 @@ class Model:
     rope_slice_last: bool = False
 
 
-# Model types whose RoPE reads ``partial_rotary_factor``, from the top level or the
-# rope block. Every other type ignores it with the default RoPE (it rotates the
-# whole head) and fails on it with a scaling family (fewer frequencies than features),
-# except that a type whose class puts a factor in its own rope blocks (GPT-NeoX's
-# rotary_pct, Gemma 4's proportional blocks) reads the block's. Found by transformers
-# itself: ``tests/fixtures/hf_edge_cases.json``, ``partial_rotary_factor_read``.
+# Model types whose rotary module reads ``partial_rotary_factor`` from the rope block
+# (where the config class puts a top-level one too) and whose attention rotates that
+# fraction. Every other type's default RoPE ignores it (it rotates the whole head) and
+# fails on it with a scaling family (fewer frequencies than features), except that a
+# class with a factor in its own rope blocks (DeepSeek-V4, Mistral 4) keeps it.
+# Read from the rotary modules' code and checked by transformers itself:
+# ``tests/fixtures/hf_edge_cases.json`` (``partial_rotary_factor_source`` and
+# ``partial_rotary_factor_read``), in ``tests/test_hf_partial_rotary.py``.
 PARTIAL_ROTARY = frozenset(
     {
+        "bamba",
+        "gemma4_text",
+        "gemma4_unified_text",
         "glm",
         "glm4",
         "glm4_moe",
+        "glm4v_moe_text",
+        "glm4v_text",
+        "glm_image_text",
+        "glm_ocr_text",
+        "gpt_neox",
+        "gpt_neox_japanese",
+        "laguna",
+        "mimo_v2_flash",
         "minimax_m2",
         "minimax_m3_vl_text",
         "nemotron",
+        "neomme",
+        "param2moe",
         "persimmon",
         "phi",
         "phi3",
@@ -162,9 +177,36 @@ PARTIAL_ROTARY = frozenset(
         "qwen3_next",
         "qwen4_exp_text",
         "recurrent_gemma",
+        "sarvam_moe",
         "stablelm",
+        "step3p5",
+        "zaya",
     }
 )
+
+# Readers whose config class does not carry a top-level ``partial_rotary_factor`` into
+# the rope blocks: it keeps the factors of its own blocks (GPT-NeoX's rotary_pct,
+# Gemma 4's proportional blocks, Laguna, ZAYA, ...), rebuilds the blocks (Step 3.5) or
+# never moves the key (Mellum).
+PARTIAL_BLOCK_ONLY = frozenset(
+    {
+        "bamba",
+        "gemma4_text",
+        "gemma4_unified_text",
+        "gpt_neox",
+        "gpt_neox_japanese",
+        "laguna",
+        "mellum",
+        "mimo_v2_flash",
+        "neomme",
+        "step3p5",
+        "zaya",
+    }
+)
+
+# Model types whose rotary module reads the block's factor while their attention
+# rotates the whole head: with a factor below 1 the first forward fails on the shapes.
+PARTIAL_FAILS = frozenset({"glm4_moe_lite", "mellum", "solar_open"})
 
 COMMON = Model()
 INTERLEAVED = Model(layout="interleaved")
@@ -217,6 +259,7 @@ MODELS: dict[str, Model] = {
         layout="interleaved", head_dim="qk_rope_head_dim", softmax_mscale=True
     ),
     "deepseek_v3": MLA,
+    "sarvam_mla": MLA,
     "ernie4_5": INTERLEAVED,
     "ernie4_5_moe": INTERLEAVED,
     "exaone4": Model(nope="sliding_or_no_window"),
@@ -371,6 +414,11 @@ COMMON_TYPES: frozenset[str] = frozenset(
         "qwen3_omni_moe_talker_code_predictor",
         "lfm2_moe",
         "dots1",
+        "sarvam_moe",
+        "param2moe",
+        "iquestcoder",
+        "internlm3",
+        "exaone",
         "dbrx",
         "diffllama",
         "gradium_phonon_tts",

@@ -88,6 +88,7 @@ class Record:
 def normalise(config: Mapping[str, Any]) -> Record:
     """Phase 1: ``config`` (a ``config.json`` dict) as a :class:`Record`."""
     cfg = Config(text_config(config))
+    _rules.check_heads_divide_hidden(cfg)
     count = _layer_count(cfg)
     if cfg.model.nope == "all":  # the model never calls its rotary function
         return Record(cfg.model_type, None, {}, (LayerRecord("nope"),) * count)
@@ -198,6 +199,7 @@ def _block(
     _blocks.check_keys(cfg, block, rope_type, where)
     _blocks.check_partial_is_read(cfg, block, rope_type, where)
     reading = _families.BlockReading(cfg, block, where, rope_type)
+    _blocks.check_partial_computes(cfg, reading.partial, where)
     head_dim = _rules.head_dim(cfg, layer_type, layer_types)
     theta = check_float(f"{where}['rope_theta']", block.get("rope_theta", 10000.0))
     rotary = _rotary(cfg, reading, head_dim)
@@ -239,9 +241,29 @@ def _rotary(cfg: Config, reading: _families.BlockReading, head_dim: int) -> int:
     if reading.rope_type == "proportional":
         return head_dim  # unrotated pairs get inv_freq 0 (Gemma 4)
     if cfg.model.head_dim == "qk_rope_head_dim":
+        _check_rope_slice(cfg, reading, head_dim)
         return head_dim  # MLA rotates all of its rope slice (Mistral 4's partial
         # factor applies to the full head: int(128 * 0.5) == qk_rope_head_dim)
     return int(head_dim * reading.partial)
+
+
+def _check_rope_slice(
+    cfg: Config, reading: _families.BlockReading, rope_head_dim: int
+) -> None:
+    """MLA: a partial factor sizes the frequencies from the full head; transformers
+    fails unless ``int(head_dim * factor)`` is the rope slice ``qk_rope_head_dim``."""
+    full = cfg.get("head_dim")
+    if reading.partial == 1.0 or full is None:
+        return
+    rotated = int(check_length(cfg.where("head_dim"), full) * reading.partial)
+    if rotated != rope_head_dim:
+        raise ValueError(
+            f"{reading.where}['partial_rotary_factor'] is {reading.partial}: "
+            f"transformers' {cfg.model_type!r} computes int(head_dim {full} x "
+            f"{reading.partial}) = {rotated} rotated features for a rope slice "
+            f"(qk_rope_head_dim) of {rope_head_dim}, and fails. Give "
+            f"{rope_head_dim / full} or leave the factor out."
+        )
 
 
 def _mrope(
@@ -265,6 +287,14 @@ def _mrope(
             f"{where} needs mrope_section: transformers' {cfg.model_type!r} "
             "rotary module has no default for it."
         )
+    sections = lengths(f"{where}['mrope_section']", sections)
+    if layout == "contiguous" and sum(sections) != rotated // 2:
+        raise ValueError(
+            f"{where}['mrope_section'] is {list(sections)} (sum {sum(sections)}), but "
+            f"the {rotated} rotated features (head size x partial_rotary_factor) make "
+            f"{rotated // 2} pairs: transformers' {cfg.model_type!r} rotary module "
+            f"fails on it. Give sections that sum to {rotated // 2}."
+        )
     given = block.get("mrope_interleaved")
     if given is not None and check_bool(f"{where}['mrope_interleaved']", given) != (
         layout == "interleaved"
@@ -274,7 +304,7 @@ def _mrope(
             f"{cfg.model_type!r} rotary module ignores the key and always uses "
             f"{layout} sections; remove it."
         )
-    return lengths(f"{where}['mrope_section']", sections), layout
+    return sections, layout
 
 
 def _temperature(cfg: Config) -> QueryScaling | None:

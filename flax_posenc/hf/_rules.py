@@ -33,6 +33,24 @@ def _ratio(cfg: Config, times: int = 1) -> int:
     return width // check_length(cfg.where("num_attention_heads"), heads)
 
 
+def check_heads_divide_hidden(cfg: Config) -> None:
+    """Refuses what the config class refuses (``_defaults``' ``heads_divide_hidden``:
+    LlamaConfig's ``validate_architecture``): a ``hidden_size`` that
+    ``num_attention_heads`` does not divide, ``head_dim`` given or not."""
+    hidden, heads = cfg.get("hidden_size"), cfg.get("num_attention_heads")
+    if not cfg.defaults.get("heads_divide_hidden") or hidden is None or heads is None:
+        return
+    hidden = check_length(cfg.where("hidden_size"), hidden)
+    if hidden % check_length(cfg.where("num_attention_heads"), heads):
+        raise ValueError(
+            f"{cfg.where('hidden_size')} is {hidden}, which num_attention_heads "
+            f"({heads}) does not divide: transformers' {cfg.defaults['config_class']} "
+            "refuses the config (it needs hidden_size % num_attention_heads == 0, "
+            "head_dim given or not). Give the checkpoint's own hidden_size and "
+            "num_attention_heads."
+        )
+
+
 def _head_dim_key(cfg: Config) -> int:
     if cfg.get("head_dim") is not None:
         return check_length(cfg.where("head_dim"), cfg.get("head_dim"))
