@@ -19,6 +19,7 @@ with one all-gather.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -56,6 +57,29 @@ def split_bias(bias: Bias | None) -> tuple[list[jax.Array], Callable[[list], Any
         return jax.tree_util.tree_unflatten(treedef, merged)
 
     return arrays, rebuild
+
+
+def default_kv_chunks(blocks: Blocks) -> int:
+    """The chunks a key/value block goes round the ring in when ``kv_chunks`` is
+    None: the fewest (a divisor of the local key length ``S``) with one chunk of k
+    and v at most an eighth of the float32 accumulator ``[..., L, N, Hv]``, or a
+    chunk of at most one tile (``block_k`` keys).
+
+    Two chunks are in flight, so they hold at most a quarter of the accumulator,
+    which one device at ``L / n`` holds too (with its tiles). An eighth, not a
+    quarter: at one chunk with multi-query k/v XLA also keeps a copy of q, and the
+    forward takes 1.59x of one device at ``L / n`` instead of 1.13x at two chunks
+    (``L = 65536``, 8 devices, ``N = 8``, ``H = 64``; benchmarks/README.md).
+    """
+    keys = blocks.k.shape[1]
+    kv_bytes = sum(x.size * x.dtype.itemsize for x in (blocks.k, blocks.v))
+    acc_bytes = 4 * math.prod(blocks.q.shape[:-1]) * blocks.v.shape[-1]
+    return next(
+        c
+        for c in range(1, keys + 1)
+        if keys % c == 0
+        and (8 * kv_bytes <= c * acc_bytes or keys // c <= blocks.block_k)
+    )
 
 
 def may_attend(blocks: Blocks) -> jax.Array | None:

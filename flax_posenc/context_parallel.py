@@ -17,7 +17,9 @@ disjoint segment ids) are skipped, as are fully masked tiles inside a step. The
 gradient runs the transposed ring (the key/value blocks go round again with their
 ``dk``/``dv`` accumulators) and recomputes tiles from the forward's log-sum-exp, so
 memory per device stays ``O(L / n)``. With ``kv_chunks`` each block goes round as
-that many chunks in turn: less in flight, more permutes of the same bytes.
+that many chunks in turn: less in flight, more permutes of the same bytes. By
+default the chunks are chosen from the shapes, so that the keys and values in
+flight stay small next to the output accumulator.
 
 Positions are global (a shard's positions are its tokens' positions in the whole
 sequence), so RoPE, ALiBi and T5 buckets need no special case, packed segments may
@@ -86,7 +88,7 @@ def ring_attention(
     scale: float | None = None,
     block_q: int = 512,
     block_k: int = 512,
-    kv_chunks: int = 1,
+    kv_chunks: int | None = None,
     precision: Any = None,
 ) -> jax.Array:
     """Ring attention inside ``jax.shard_map``: this device's queries against every
@@ -126,9 +128,11 @@ def ring_attention(
       kv_chunks: the key/value block goes round the ring in this many chunks (a
         divisor of ``S``), one after the other: a device holds ``2 / kv_chunks``
         of a block in flight instead of two blocks, with ``kv_chunks`` times as
-        many permutes of the same total bytes. 1 (the default): ``n - 1`` permutes
-        per tensor. Raise it when K/V are as large as q (``K = N``) and memory is
-        tight.
+        many permutes of the same total bytes (1: ``n - 1`` permutes per tensor).
+        None (the default) chooses it from the shapes: the fewest chunks with
+        one chunk of k and v at most an eighth of the float32 accumulator
+        ``[..., L, N, Hv]``, or at most ``block_k`` keys (e.g. 4 with ``N = 8``,
+        ``K = 2`` in float32, 2 with ``K = 1``, on long sequences).
       precision: ``jax.lax.Precision`` of the matmuls.
 
     Returns:
@@ -154,7 +158,7 @@ def ring_attention(
       >>> ring(q, jnp.arange(64)).shape
       (1, 64, 4, 16)
     """
-    _check_axis_name(axis_name, bound=True)
+    _check_axis_name(axis_name, inside="ring_attention")
     rotation, options, arrays, kv_chunks = _check_ring(
         q,
         k,
@@ -192,7 +196,7 @@ def _check_ring(
     block_k: Any,
     kv_chunks: Any,
     **positions: Any,
-) -> tuple[_Rotation, _blockwise.Options, _blockwise.Arrays, int]:
+) -> tuple[_Rotation, _blockwise.Options, _blockwise.Arrays, int | None]:
     """The checks both ring entry points share: RoPE, the blockwise options, the
     arrays with their positions and segment ids (no ``mask``), and ``kv_chunks``."""
     rotation = _check_rope(rope, positions["q_positions"], seq_len)
@@ -202,7 +206,11 @@ def _check_ring(
     arrays = _blockwise.check_arrays(
         q, k, v, bias=bias, causal=options.causal, mask=None, **positions
     )
-    return rotation, options, arrays, check_positive_int("kv_chunks", kv_chunks)
+    return rotation, options, arrays, _check_kv_chunks(kv_chunks)
+
+
+def _check_kv_chunks(kv_chunks: Any) -> int | None:
+    return None if kv_chunks is None else check_positive_int("kv_chunks", kv_chunks)
 
 
 class _Rotation(NamedTuple):
@@ -210,21 +218,33 @@ class _Rotation(NamedTuple):
     seq_len: SeqLen
 
 
-def _check_axis_name(axis_name: Any, *, bound: bool) -> None:
+# What to call instead, per function that runs inside shard_map, when called outside.
+_UNBOUND_HINTS = {
+    "ring_attention": "fp.sharded_ring_attention(q, k, v, mesh=mesh, axis_name=...) "
+    "takes global arrays.",
+    "sharded_kv_cache_attention": "call it from the decode step inside "
+    "jax.shard_map(step, mesh=mesh, ...), the cache split over that axis (the "
+    "function's example shows it); on one device, fp.blockwise_attention attends the "
+    "whole cache.",
+}
+
+
+def _check_axis_name(axis_name: Any, *, inside: str | None) -> None:
+    """``axis_name`` a str, and bound by an enclosing ``shard_map`` when
+    ``inside`` names the public function that runs there."""
     if not isinstance(axis_name, str):
         raise TypeError(
             f"`axis_name` must be a mesh axis name (str), got {axis_name!r}. Hint: "
             'the axis that splits the sequence, e.g. axis_name="seq".'
         )
-    if bound:
+    if inside is not None:
         try:
             _ring.axis_size(axis_name)
         except NameError:
             raise ValueError(
-                f"`axis_name` {axis_name!r} is not bound: ring_attention runs inside "
-                "jax.shard_map over a mesh with that axis. Hint: "
-                "fp.sharded_ring_attention(q, k, v, mesh=mesh, axis_name=...) takes "
-                "global arrays."
+                f"`axis_name` {axis_name!r} is not bound: {inside} runs inside "
+                "jax.shard_map over a mesh with that axis, and was called outside "
+                f"one. Hint: {_UNBOUND_HINTS[inside]}"
             ) from None
 
 
@@ -257,7 +277,7 @@ def _local_ring(
     options: _blockwise.Options,
     axis_name: str,
     precision: Any,
-    kv_chunks: int,
+    kv_chunks: int | None,
     global_seq_len: bool,
 ) -> jax.Array:
     """RoPE (with the ring's global ``seq_len``), then the ring, on local shards."""
@@ -269,12 +289,15 @@ def _local_ring(
             seq_len = jax.lax.pmax(local, axis_name) + 1  # the global length
         q, k = apply_rope_qk(q, k, qp, config, k_positions=kp, seq_len=seq_len)
     blocks = _blockwise.prepare(q, k, v, arrays, options)
+    if kv_chunks is None:
+        kv_chunks = _ring.default_kv_chunks(blocks)
     keys = blocks.k.shape[1]
     if keys % kv_chunks:
         nearest = max(d for d in range(1, kv_chunks) if keys % d == 0)
         raise ValueError(
             f"`kv_chunks` = {kv_chunks} must divide this device's key length "
-            f"{keys}. Hint: a divisor of {keys}, e.g. kv_chunks={nearest}."
+            f"{keys}. Hint: a divisor of {keys}, e.g. kv_chunks={nearest}, or "
+            "None to choose from the shapes."
         )
     return _ring.attention(blocks, bias, axis_name, precision, kv_chunks)
 
@@ -298,7 +321,7 @@ def sharded_ring_attention(
     scale: float | None = None,
     block_q: int = 512,
     block_k: int = 512,
-    kv_chunks: int = 1,
+    kv_chunks: int | None = None,
     precision: Any = None,
 ) -> jax.Array:
     """Ring attention of global arrays, the sequence split over ``mesh``'s
@@ -332,8 +355,9 @@ def sharded_ring_attention(
       scale: the logit scale; None means ``1 / sqrt(H)``.
       block_q: query rows per tile (of a shard).
       block_k: keys per tile.
-      kv_chunks: chunks per key/value block on the ring (a divisor of ``S / n``);
-        see :func:`ring_attention`.
+      kv_chunks: chunks per key/value block on the ring (a divisor of ``S / n``),
+        or None (the default) to choose them from the shapes; see
+        :func:`ring_attention`.
       precision: ``jax.lax.Precision`` of the matmuls.
 
     Returns:
@@ -390,7 +414,7 @@ class _Sharded(NamedTuple):
     bias: PositionBias | None
     rotation: _Rotation
     options: _blockwise.Options
-    kv_chunks: int
+    kv_chunks: int | None
 
 
 def _check_sharded(
@@ -419,7 +443,7 @@ def _check_sharded(
             f"`mesh` must be a jax.sharding.Mesh, got {type(mesh).__name__}. Hint: "
             'jax.make_mesh((n,), ("seq",)).'
         )
-    _check_axis_name(axis_name, bound=False)
+    _check_axis_name(axis_name, inside=None)
     for name, axis in (("axis_name", axis_name), ("batch_axis", batch_axis)):
         if axis is not None and axis not in mesh.axis_names:
             raise ValueError(
@@ -560,7 +584,7 @@ def ring_attention_fn(
     scale: float | None = None,
     block_q: int = 512,
     block_k: int = 512,
-    kv_chunks: int = 1,
+    kv_chunks: int | None = None,
 ) -> Callable[..., jax.Array]:
     """A Flax ``attention_fn`` that runs ring attention with the sequence sharded.
 
@@ -586,8 +610,8 @@ def ring_attention_fn(
       scale: the logit scale; None means ``1 / sqrt(H)``.
       block_q: query rows per tile.
       block_k: keys per tile.
-      kv_chunks: chunks per key/value block on the ring; see
-        :func:`ring_attention`.
+      kv_chunks: chunks per key/value block on the ring, or None (the default)
+        to choose them from the shapes; see :func:`ring_attention`.
 
     Returns:
       A function with the keywords of Flax's ``dot_product_attention``.
@@ -615,7 +639,7 @@ def ring_attention_fn(
             "`q_positions` is required: ring attention computes its bias and causal "
             "mask from the global positions."
         )
-    _check_axis_name(axis_name, bound=False)
+    _check_axis_name(axis_name, inside=None)
     if not isinstance(mesh, Mesh):
         raise TypeError(
             f"`mesh` must be a jax.sharding.Mesh, got {type(mesh).__name__}. Hint: "
@@ -636,7 +660,7 @@ def ring_attention_fn(
         "scale": scale,
         "block_q": block_q,
         "block_k": block_k,
-        "kv_chunks": check_positive_int("kv_chunks", kv_chunks),
+        "kv_chunks": _check_kv_chunks(kv_chunks),
     }
     _blockwise.check_options(
         bias=bias, causal=causal, scale=scale, block_q=block_q, block_k=block_k
@@ -728,7 +752,7 @@ def sharded_kv_cache_attention(
       >>> decode(jnp.ones((1, 1, 4, 16)), k, jnp.arange(64)).shape
       (1, 1, 4, 16)
     """
-    _check_axis_name(axis_name, bound=True)
+    _check_axis_name(axis_name, inside="sharded_kv_cache_attention")
     options = _blockwise.check_options(
         bias=bias, causal=causal, scale=scale, block_q=512, block_k=block_k
     )

@@ -136,6 +136,18 @@ def test_forward_equals_dense_and_blockwise_and_hlo_has_only_permutes(kv_chunks)
     np.testing.assert_allclose(got, want, atol=2e-6, rtol=2e-6)
 
 
+def test_a_step_whose_earliest_key_is_the_latest_query_position_is_not_skipped():
+    """Repeated positions (t + 1) // 2, causal: shard i holds positions i and
+    i + 1, so the block of shard i + 1 starts at the last query position of shard
+    i. Its key at that position is visible; a skip test of "every key later than
+    every query" that ruled the block out on equality drops it."""
+    q, k, v = qkv((1,), 16, 16, 4, 2, 8, seed=5)
+    positions = (np.arange(16)[None] + 1) // 2
+    allowed = pairs(positions, positions, np.less_equal)
+    got = ring_on(mesh_of())(q, k, v, {"q_positions": positions}, (("causal", True),))
+    np.testing.assert_allclose(got, dense_reference(q, k, v, 0.0, allowed), **TOL)
+
+
 def count_permutes(jaxpr, trips=1):
     """Executions of ppermute per operand, loops unrolled by their trip counts."""
     total = 0
@@ -148,26 +160,33 @@ def count_permutes(jaxpr, trips=1):
     return total
 
 
-@pytest.mark.parametrize("kv_chunks", [1, 2])
+# (kv_heads of N = 8, kv_chunks, chunks): given, or chosen from the shapes (None):
+# the fewest with a chunk of k and v within an eighth of the float32 accumulator
+# (k and v are 2 K / N of it), or of at most block_k = 8 keys (of 64 per device).
+CHUNKS = [(8, 1, 1), (8, 2, 2), (1, None, 2), (2, None, 4), (8, None, 8)]
+
+
+@pytest.mark.parametrize(("kv_heads", "kv_chunks", "chunks"), CHUNKS)
 @pytest.mark.parametrize("grad", [False, True], ids=["forward", "grad"])
-def test_ring_permutes_each_block_n_minus_1_times(grad, kv_chunks):
+def test_ring_permutes_each_block_n_minus_1_times(grad, kv_heads, kv_chunks, chunks):
     """Forward: k, v, k positions, k segment ids each n - 1 times. Gradient: those
     again plus dk and dv n times (their last step home). Per chunk with
-    ``kv_chunks``."""
-    length, heads = 32, 2
-    x = jax.ShapeDtypeStruct((1, length // DEVICES, heads, 4), jnp.float32)
-    ids = jax.ShapeDtypeStruct((1, length // DEVICES), jnp.int32)
+    ``kv_chunks``; None chooses the chunks from the shapes."""
+    local_length = 64
+    q = jax.ShapeDtypeStruct((1, local_length, 8, 4), jnp.float32)
+    kv = jax.ShapeDtypeStruct((1, local_length, kv_heads, 4), jnp.float32)
+    ids = jax.ShapeDtypeStruct((1, local_length), jnp.int32)
 
     def local(q, k, v, positions, segments):
         return fp.ring_attention(
             q, k, v, axis_name="seq", q_positions=positions, causal=True,
-            q_segment_ids=segments, block_q=4, block_k=4, kv_chunks=kv_chunks,
+            q_segment_ids=segments, block_q=8, block_k=8, kv_chunks=kv_chunks,
         )  # fmt: skip
 
     fn = jax.grad(lambda *a: local(*a).sum(), argnums=(0, 1, 2)) if grad else local
-    jaxpr = jax.make_jaxpr(fn, axis_env=[("seq", DEVICES)])(x, x, x, ids, ids)
+    jaxpr = jax.make_jaxpr(fn, axis_env=[("seq", DEVICES)])(q, kv, kv, ids, ids)
     forward = 4 * (DEVICES - 1)
-    want = kv_chunks * (2 * forward + 2 * DEVICES if grad else forward)
+    want = chunks * (2 * forward + 2 * DEVICES if grad else forward)
     assert count_permutes(jaxpr.jaxpr) == want
 
 
@@ -290,6 +309,29 @@ def test_load_balanced_layout_gives_the_same_attention():
     )
 
 
+def sharded_decode(**options):
+    """jit of sharded_kv_cache_attention (causal, 4-slot tiles) in shard_map over
+    8 devices: ``(q, k, v, step, slots, written)``, the cache k/v ``[B, S, K, H]``,
+    its slot positions ``[S]`` and ``written [B, 1, 1, S]`` split along S."""
+
+    def local(q, k, v, step, slots, written):
+        return fp.sharded_kv_cache_attention(
+            q, k, v, axis_name="seq", q_positions=step, k_positions=slots,
+            causal=True, mask=written, block_k=4, **options,
+        )  # fmt: skip
+
+    return jax.jit(
+        jax.shard_map(
+            local,
+            mesh=mesh_of(),
+            in_specs=(P(), P(None, "seq"), P(None, "seq"), P(), P("seq"),
+                      P(None, None, None, "seq")),
+            out_specs=P(),
+            check_vma=False,
+        )
+    )  # fmt: skip
+
+
 def test_sharded_kv_cache_decoding_equals_one_device():
     """One query token per row against a 64-slot cache split over 8 devices (ALiBi,
     GQA, slots not written masked): one all-gather merges the partial softmaxes."""
@@ -297,24 +339,7 @@ def test_sharded_kv_cache_decoding_equals_one_device():
     slots = np.arange(64)
     written = slots[None, None, None, :] < np.array([40, 57])[:, None, None, None]
     step = np.array([[39], [56]])
-    mesh = mesh_of()
-
-    def local(q, k, v, step, slots, written):
-        return fp.sharded_kv_cache_attention(
-            q, k, v, axis_name="seq", q_positions=step, k_positions=slots,
-            bias=fp.AlibiBias(6), causal=True, mask=written, block_k=4,
-        )  # fmt: skip
-
-    decode = jax.jit(
-        jax.shard_map(
-            local,
-            mesh=mesh,
-            in_specs=(P(), P(None, "seq"), P(None, "seq"), P(), P("seq"),
-                      P(None, None, None, "seq")),
-            out_specs=P(),
-            check_vma=False,
-        )
-    )  # fmt: skip
+    decode = sharded_decode(bias=fp.AlibiBias(6))
     compiled = decode.lower(q, k, v, step, slots, written).compile()
     assert hlo_collectives(compiled.as_text()) == ["all-gather"]
     got = compiled(q, k, v, step, slots, written)
@@ -326,6 +351,19 @@ def test_sharded_kv_cache_decoding_equals_one_device():
     bias = alibi_reference(step, np.broadcast_to(slots, (2, 64)), 6)
     allowed = np.broadcast_to(written, (2, 6, 1, 64))
     np.testing.assert_allclose(got, dense_reference(q, k, v, bias, allowed), **TOL)
+
+
+def test_sharded_kv_cache_decoding_with_no_visible_key_gives_zeros():
+    """A query with no visible key on any device gives zeros, as dense attention's
+    empty row (not NaN: every device's running max is -inf): row 0 precedes every
+    slot (causal), row 1 has no slot written."""
+    q, k, v = qkv((2,), 1, 64, 4, 2, 8, seed=6)
+    slots = np.arange(1, 65)
+    written = np.broadcast_to(
+        np.array([True, False])[:, None, None, None], (2, 1, 1, 64)
+    )
+    got = sharded_decode()(q, k, v, np.array([[0], [50]]), slots, written)
+    np.testing.assert_array_equal(got, np.zeros_like(q))
 
 
 DYNAMIC = fp.RopeConfig(
@@ -487,7 +525,8 @@ def sharded(**kwargs):
         (
             lambda: fp.sharded_kv_cache_attention(Q, K, V, axis_name="seq"),
             ValueError,
-            r"`axis_name` 'seq' is not bound",
+            r"`axis_name` 'seq' is not bound: sharded_kv_cache_attention runs inside "
+            r"jax.shard_map.*Hint: call it from the decode step inside jax.shard_map",
         ),
         (
             lambda: fp.load_balanced_permutation(20, 4),
@@ -570,30 +609,28 @@ def test_data_and_sequence_mesh_with_dynamic_ntk():
     np.testing.assert_allclose(got, want, **TOL)
 
 
-# The ring double-buffers its K/V block (the block in use and the one arriving; in
-# the backward also dk/dv), which blockwise attention at L / n does not need. With
-# multi-query k/v (K = 1) that is small next to q; with K = N whole blocks in flight
-# cost 2.2x (forward), and the block goes round in 4 chunks instead (a quarter in
-# flight). benchmarks/ring_benchmark.py prints every combination.
-L_LONG, N_LONG, H_LONG = 65536, 8, 32
+# The ring double-buffers its K/V (the chunk in use and the one arriving; in the
+# backward also dk/dv), which blockwise attention at L / n does not need. The
+# default kv_chunks=None sends the block round in chunks small enough that this
+# stays within 1.5x; with kv_chunks=1 the forward takes 1.59x (K = 1), 1.61x
+# (K = 2) and 2.7x (K = N). benchmarks/ring_benchmark.py prints every combination.
+# The sizes of docs/guide/context_parallel.md: 8 devices, N = 8, H = 64.
+L_LONG, N_LONG, H_LONG = 65536, 8, 64
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("kv_heads", "kv_chunks"), [(1, 1), (N_LONG, 4)], ids=["mqa", "mha-4-chunks"]
-)
+@pytest.mark.parametrize("kv_heads", [1, 2, N_LONG], ids=["mqa", "gqa", "mha"])
 @pytest.mark.parametrize("grad", [False, True], ids=["forward", "grad"])
-def test_memory_per_device_at_64k_is_that_of_one_device_at_l_over_n(
-    grad, kv_heads, kv_chunks
-):
-    """Per-device compiled temp memory of the ring at L = 65536 over 8 devices is
-    within 1.5x of single-device blockwise attention at L / 8."""
+def test_memory_per_device_at_64k_is_that_of_one_device_at_l_over_n(grad, kv_heads):
+    """Per-device compiled temp memory of the ring (default ``kv_chunks``) at L =
+    65536 over 8 devices is within 1.5x of single-device blockwise attention at
+    L / 8."""
     local = L_LONG // DEVICES
 
     def ring(q, k, v, positions):
         return fp.ring_attention(
             q, k, v, axis_name="seq", q_positions=positions,
-            bias=fp.AlibiBias(N_LONG), causal=True, kv_chunks=kv_chunks,
+            bias=fp.AlibiBias(N_LONG), causal=True,
         )  # fmt: skip
 
     def one(q, k, v, positions):
