@@ -210,7 +210,14 @@ def _check_ring(
 
 
 def _check_kv_chunks(kv_chunks: Any) -> int | None:
-    return None if kv_chunks is None else check_positive_int("kv_chunks", kv_chunks)
+    if kv_chunks is None:
+        return None
+    if isinstance(kv_chunks, bool) or not isinstance(kv_chunks, (int, np.integer)):
+        raise TypeError(
+            f"`kv_chunks` must be None (chosen from the shapes) or a positive int, "
+            f"got {kv_chunks!r} ({type(kv_chunks).__name__})."
+        )
+    return check_positive_int("kv_chunks", kv_chunks)
 
 
 class _Rotation(NamedTuple):

@@ -514,7 +514,8 @@ def sharded(**kwargs):
                 mesh=mesh_of(), axis_name="seq", q_positions=POS, kv_chunks=2.0
             ),
             TypeError,
-            r"`kv_chunks` must be a positive Python int, got 2.0 \(float\)",
+            r"`kv_chunks` must be None \(chosen from the shapes\) or a positive int, "
+            r"got 2.0 \(float\)",
         ),
         (
             lambda: fp.ring_attention(Q, K, V, axis_name="seq"),
