@@ -9,7 +9,8 @@ module sits below it).
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -19,6 +20,8 @@ from flax_posenc import _cpu
 from flax_posenc._angles import default_inv_freq, position_angles
 from flax_posenc._exact_angles import exact_sin_cos, int32_positions
 from flax_posenc._sincos import sin_cos
+
+T = TypeVar("T")
 
 
 def frequencies(config: Any, seq_len: Any) -> tuple[jax.Array, Any]:
@@ -34,6 +37,15 @@ def _seq_len_of(positions: jax.Array, config: Any, seq_len: Any) -> Any:
     if seq_len is None and config.depends_on_seq_len:
         return jnp.max(positions, initial=0) + 1
     return seq_len
+
+
+@jax.jit
+def shared_seq_len(positions: jax.Array, k_positions: jax.Array) -> jax.Array:
+    """``max(positions, k_positions) + 1``, the ``seq_len`` q and k share where the
+    frequencies depend on it (:func:`flax_posenc.apply_rope_qk`), as one program."""
+    return (
+        jnp.maximum(jnp.max(positions, initial=0), jnp.max(k_positions, initial=0)) + 1
+    )
 
 
 def _host_seq_len(config: Any, seq_len: Any) -> int | None:
@@ -113,6 +125,35 @@ def _scaled_tables(
 
 _compiled_tables = jax.jit(_scaled_tables, static_argnames="config")
 _compiled_exact_tables = jax.jit(_scaled_tables, static_argnames=("config", "seq_len"))
+
+
+def jit_angles(*static_argnames: str) -> Callable[[Callable[..., T]], Callable[..., T]]:
+    """``functools.partial(jax.jit, static_argnames=...)`` for an unchecked core
+    ``core(positions, ..., *, config, seq_len, ...)`` that forms RoPE angles of
+    ``positions``: one compiled program per static configuration, eagerly too.
+
+    ``config`` must be among ``static_argnames``. float32 angles trace ``seq_len``
+    (a new length never recompiles); exact angles take it static, as the Python
+    int or None their host float64 frequencies need (the ``ValueError`` of
+    :func:`tables` otherwise), and their 64-bit positions are checked for the
+    int32 range here, while they are still concrete (the core casts them).
+    """
+
+    def wrap(core: Callable[..., T]) -> Callable[..., T]:
+        traced = jax.jit(core, static_argnames=static_argnames)
+        exact = jax.jit(core, static_argnames=(*static_argnames, "seq_len"))
+
+        @functools.wraps(core)
+        def call(positions: jax.Array, *args: Any, config: Any, seq_len: Any, **kw):
+            if config.angle_precision == "exact":
+                int32_positions(positions)  # the check; the core casts
+                seq_len = _host_seq_len(config, seq_len)
+                return exact(positions, *args, config=config, seq_len=seq_len, **kw)
+            return traced(positions, *args, config=config, seq_len=seq_len, **kw)
+
+        return call
+
+    return wrap
 
 
 def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array, layout: str) -> jax.Array:

@@ -9,6 +9,8 @@ that scaled the keys once stays applied once.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
@@ -80,11 +82,27 @@ def rope_shift(
             "max(positions) + 1, is not known here). Pass seq_len=..."
         )
     seq_len = check_seq_len(seq_len)
-    if delta.ndim == 0:
-        delta = jnp.broadcast_to(delta, k.shape[-3:-2])
-    delta = check_positions("delta", delta, "k.shape[:-2]", k.shape[:-2])
-    if getattr(seq_len, "ndim", 0) > delta.ndim:  # a per-key seq_len with batch axes
-        delta = jnp.broadcast_to(delta, k.shape[:-2])
-    check_seq_len(seq_len, "delta", delta.shape)
+    if delta.ndim == 0:  # one shift for every key: [S]
+        shape = k.shape[-3:-2]
+    else:
+        shape = check_positions("delta", delta, "k.shape[:-2]", k.shape[:-2]).shape
+    if getattr(seq_len, "ndim", 0) > len(shape):  # a per-key seq_len with batch axes
+        shape = k.shape[:-2]
+    check_seq_len(seq_len, "delta", shape)
+    return _shift(delta, k, config=config, seq_len=seq_len, shape=shape)
+
+
+@_rope.jit_angles("config", "shape")
+def _shift(
+    delta: jax.Array,
+    k: jax.Array,
+    *,
+    config: RopeConfig,
+    seq_len: Any,
+    shape: tuple[int, ...],
+) -> jax.Array:
+    """:func:`rope_shift` of checked arguments, ``delta`` broadcast to ``shape``, as
+    one compiled program."""
+    delta = jnp.broadcast_to(delta, shape)
     cos, sin, _ = _rope.unit_cos_sin(delta, config, seq_len)  # no attention factor
     return _rope.rotate(k, cos, sin, config.layout)

@@ -32,6 +32,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from flax_posenc._offsets import offsets
 from flax_posenc._validation import (
@@ -119,8 +120,9 @@ def cope_bias(
         else check_positive_float("scale", scale)
     )
     q_positions, k_positions = check_position_pairs(q_positions, k_positions)
-    mask = None if mask is None else jnp.asarray(mask)
-    return _cope(q, k, pos_emb, q_positions, k_positions, mask, scale)
+    # An array mask is passed as it is (jnp.asarray would compile a copy program).
+    given = mask if mask is None or hasattr(mask, "dtype") else np.asarray(mask)
+    return _cope(q, k, pos_emb, q_positions, k_positions, given, scale)
 
 
 @functools.partial(jax.jit, static_argnames="scale")

@@ -105,7 +105,7 @@ def kerple_parameters(
     """
     check_choice("kernel", kernel, _KERNELS)
     _check_parameters(r1_unconstrained, r2_unconstrained)
-    return _constrained(r1_unconstrained, r2_unconstrained, kernel)
+    return _compiled_constrained(r1_unconstrained, r2_unconstrained, kernel)
 
 
 def _constrained(
@@ -118,6 +118,10 @@ def _constrained(
     # flushes to 0: the floor keeps both strictly positive. It changes no value
     # above it, and the gradient it cuts was already flushed to 0.
     return jnp.maximum(r1, _FLOOR), jnp.maximum(r2, _FLOOR)
+
+
+# kerple_parameters' core, as one compiled program (_kerple inlines _constrained).
+_compiled_constrained = jax.jit(_constrained, static_argnames="kernel")
 
 
 def kerple_bias(

@@ -100,7 +100,8 @@ def learned_embedding_lookup(
                     f"[{low}, {high}]. Hint: use a larger max_len, or "
                     'out_of_range="clip" to clamp on purpose.'
                 )
-        if out_of_range == "checkify" and positions.size:
+        # Concrete values were checked above; traced ones by checkify at run time.
+        if out_of_range == "checkify" and positions.size and is_traced(positions):
             _check_functionalized()
             checkify.check(
                 jnp.all((positions >= 0) & (positions < max_len)),

@@ -20,6 +20,7 @@ The factor is exactly 1 for ``p + offset < floor_scale``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -85,8 +86,9 @@ def query_scale(positions: jax.Array, scaling: QueryScaling) -> jax.Array:
     return _scale(check_integer_array("positions", positions), scaling)
 
 
+@functools.partial(jax.jit, static_argnames="scaling")
 def _scale(positions: jax.Array, scaling: QueryScaling) -> jax.Array:
-    """:func:`query_scale` of checked positions."""
+    """:func:`query_scale` of checked positions, as one compiled program."""
     steps = jnp.floor(
         (positions.astype(jnp.float32) + float(scaling.offset)) / scaling.floor_scale
     )
@@ -122,6 +124,14 @@ def apply_query_scaling(
             f"`q` must be [..., L, N, H] (rank >= 3), got shape {q.shape}."
         )
     positions = check_positions("positions", positions, "q.shape[:-2]", q.shape[:-2])
+    return _scaled_queries(q, positions, scaling)
+
+
+@functools.partial(jax.jit, static_argnames="scaling")
+def _scaled_queries(
+    q: jax.Array, positions: jax.Array, scaling: QueryScaling
+) -> jax.Array:
+    """:func:`apply_query_scaling` of checked arguments, as one compiled program."""
     factor = _scale(positions, scaling)[..., None, None]
     factor = factor.reshape((1,) * (q.ndim - factor.ndim) + factor.shape)
     return (q.astype(jnp.float32) * factor).astype(q.dtype)

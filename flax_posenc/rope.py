@@ -20,6 +20,7 @@ float32 ``position * inv_freq`` products, never formed in the activation dtype; 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import typing
 from typing import Literal, NamedTuple
 
@@ -418,10 +419,7 @@ def apply_rope_qk(
     if k_seq_len is not None:
         k_seq_len = check_seq_len(k_seq_len, "k_positions", k_positions.shape)
     elif seq_len is None and config.depends_on_seq_len:
-        seq_len = (
-            jnp.maximum(jnp.max(positions, initial=0), jnp.max(k_positions, initial=0))
-            + 1
-        )
+        seq_len = _rope.shared_seq_len(positions, k_positions)
     if k_seq_len is None:
         k_seq_len = seq_len
         if getattr(seq_len, "ndim", 0):
@@ -505,4 +503,11 @@ def rope_permute_layout(
         )
         order[:rotary_dim] = to_half if target == "half" else np.argsort(to_half)
     order = (np.arange(0, size, head)[:, None] + order[None, :]).reshape(-1)
-    return jnp.take(w, jnp.asarray(order), axis=axis)
+    return _permute(w, order, axis)
+
+
+@functools.partial(jax.jit, static_argnames="axis")
+def _permute(w: jax.Array, order: np.ndarray, axis: int) -> jax.Array:
+    """:func:`rope_permute_layout` of a checked ``order``, as one compiled program
+    (``order``, a host array, is placed as it is, not copied by a program)."""
+    return jnp.take(w, order, axis=axis)

@@ -34,7 +34,6 @@ image token offsets) is the caller's job, with
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Sequence
 from typing import Any, Literal, get_args
 
@@ -102,7 +101,7 @@ def axial_rope_cos_sin(
         )
     _check_axes(config, positions.shape)
     seq_len = check_seq_len(seq_len, "positions", positions.shape)
-    return _axial_tables(positions, config, seq_len)
+    return _axial_tables(positions, config=config, seq_len=seq_len)
 
 
 def _check_axes(config: RopeConfig, shape: tuple[int, ...]) -> None:
@@ -116,8 +115,11 @@ def _check_axes(config: RopeConfig, shape: tuple[int, ...]) -> None:
         )
 
 
-def _axial_tables(positions: jax.Array, config: RopeConfig, seq_len: Any) -> RopeTables:
-    """:func:`axial_rope_cos_sin` of checked arguments."""
+@_rope.jit_angles("config")
+def _axial_tables(
+    positions: jax.Array, *, config: RopeConfig, seq_len: Any
+) -> RopeTables:
+    """:func:`axial_rope_cos_sin` of checked arguments, as one compiled program."""
     rotary_dim = config.rotated_features
     axis_dim = rotary_dim // positions.shape[-1]
     axis_config = dataclasses.replace(config, head_dim=axis_dim, rotary_dim=axis_dim)
@@ -173,7 +175,8 @@ def apply_axial_rope(
         )
     _check_axes(config, positions.shape)
     seq_len = check_seq_len(seq_len, "positions", positions.shape)
-    cos, sin = _axial_tables(positions, config, seq_len)
+    # Two programs, as apply_rope: axial_rope_cos_sin's tables, then the rotation.
+    cos, sin = _axial_tables(positions, config=config, seq_len=seq_len)
     return _rope.rotate(x, cos, sin, config.layout)
 
 
@@ -303,22 +306,25 @@ def mrope_cos_sin(
     sections = _check_mrope_section(mrope_section, config, layout)
     positions = _check_mrope_positions(positions, sections)
     seq_len = check_seq_len(seq_len, "positions", positions.shape)
-    return _mrope_tables(positions, config, sections, layout, seq_len)
+    return _mrope_tables(
+        positions, config=config, sections=sections, layout=layout, seq_len=seq_len
+    )
 
 
+@_rope.jit_angles("config", "sections", "layout")
 def _mrope_tables(
     positions: jax.Array,
+    *,
     config: RopeConfig,
     sections: tuple[int, ...],
     layout: MropeLayout,
     seq_len: Any,
 ) -> RopeTables:
-    """:func:`mrope_cos_sin` of checked arguments."""
+    """:func:`mrope_cos_sin` of checked arguments, as one compiled program."""
     cos, sin = _rope.tables(positions, config, seq_len)
     return _select_rows(cos, sin, sections, layout)
 
 
-@functools.partial(jax.jit, static_argnames=("sections", "layout"))
 def _select_rows(
     cos: jax.Array, sin: jax.Array, sections: tuple[int, ...], layout: MropeLayout
 ) -> RopeTables:
@@ -392,7 +398,10 @@ def apply_mrope(
             f"shape {positions.shape}."
         )
     seq_len = check_seq_len(seq_len, "positions", positions.shape)
-    cos, sin = _mrope_tables(positions, config, sections, layout, seq_len)
+    # Two programs, as apply_rope: mrope_cos_sin's tables, then the rotation.
+    cos, sin = _mrope_tables(
+        positions, config=config, sections=sections, layout=layout, seq_len=seq_len
+    )
     if layout == "xd":
         return _rotate_half_per_feature(x, cos, sin)
     return _rope.rotate(x, cos, sin, config.layout)

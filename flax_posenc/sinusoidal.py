@@ -26,6 +26,7 @@ position (see :data:`flax_posenc.AnglePrecision`).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
 import jax
@@ -36,7 +37,12 @@ from jax.typing import DTypeLike
 from flax_posenc import _cpu
 from flax_posenc._angles import position_angles
 from flax_posenc._deprecation import warn_deprecated
-from flax_posenc._exact_angles import ANGLE_PRECISIONS, AnglePrecision, exact_sin_cos
+from flax_posenc._exact_angles import (
+    ANGLE_PRECISIONS,
+    AnglePrecision,
+    exact_sin_cos,
+    int32_positions,
+)
 from flax_posenc._validation import (
     check_choice,
     check_float_dtype,
@@ -171,9 +177,15 @@ def sinusoidal_encoding(
     layout = _check_layout(layout)
     dtype = check_float_dtype("dtype", dtype)
     check_choice("angle_precision", angle_precision, ANGLE_PRECISIONS)
+    if angle_precision == "exact":
+        int32_positions(positions)  # checked while concrete; the core casts
     return _encode(positions, dim, base, layout, spacing, dtype, angle_precision)
 
 
+_STATIC = ("dim", "base", "layout", "spacing", "dtype", "angle_precision")
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
 def _encode(
     positions: jax.Array,
     dim: int,
@@ -183,7 +195,7 @@ def _encode(
     dtype: Any,
     angle_precision: AnglePrecision,
 ) -> jax.Array:
-    """:func:`sinusoidal_encoding` of checked arguments."""
+    """:func:`sinusoidal_encoding` of checked arguments, as one compiled program."""
     inv_freq64 = _inv_freq_float64(dim, base, spacing)
     if angle_precision == "exact":
         freq, turns = _feature_rows(inv_freq64, dim, layout)
@@ -274,5 +286,19 @@ def sinusoidal_table(
     layout = _check_layout(layout)
     dtype = check_float_dtype("dtype", dtype)
     check_choice("angle_precision", angle_precision, ANGLE_PRECISIONS)
+    return _table(max_len, dim, base, layout, spacing, dtype, angle_precision)
+
+
+@functools.partial(jax.jit, static_argnames=("max_len", *_STATIC))
+def _table(
+    max_len: int,
+    dim: int,
+    base: float,
+    layout: SinusoidalLayout,
+    spacing: SinusoidalSpacing,
+    dtype: Any,
+    angle_precision: AnglePrecision,
+) -> jax.Array:
+    """:func:`sinusoidal_table` of checked arguments, as one compiled program."""
     positions = jnp.arange(max_len)
     return _encode(positions, dim, base, layout, spacing, dtype, angle_precision)

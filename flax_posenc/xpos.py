@@ -92,35 +92,35 @@ def xpos_cos_sin(
     """
     check_rope_config("config", config, RopeConfig)
     positions = check_integer_array("positions", positions)
-    return _xpos_tables(
-        positions,
-        config,
-        *_check_decay(is_key, scale_base, gamma, center, positions),
-        check_seq_len(seq_len, "positions", positions.shape),
-    )
+    center, decay = _check_decay(is_key, scale_base, gamma, center, positions)
+    seq_len = check_seq_len(seq_len, "positions", positions.shape)
+    return _xpos_tables(positions, center, config=config, seq_len=seq_len, **decay)
 
 
 def _check_decay(
     is_key: Any, scale_base: Any, gamma: Any, center: Any, positions: jax.Array
-) -> tuple[bool, float, float, jax.Array]:
+) -> tuple[jax.Array, dict[str, Any]]:
+    """The checked ``center`` and the static decay hyper-parameters."""
     check_bool("is_key", is_key)
     scale_base = check_positive_float("scale_base", scale_base)
     gamma = check_positive_float("gamma", gamma)
     center = check_integer_array("center", center)
     check_broadcastable("center", center.shape, "positions", positions.shape)
-    return is_key, scale_base, gamma, center
+    return center, {"is_key": is_key, "scale_base": scale_base, "gamma": gamma}
 
 
+@_rope.jit_angles("config", "is_key", "scale_base", "gamma")
 def _xpos_tables(
     positions: jax.Array,
+    center: jax.Array,
+    *,
     config: RopeConfig,
     is_key: bool,
     scale_base: float,
     gamma: float,
-    center: jax.Array,
     seq_len: Any,
 ) -> RopeTables:
-    """:func:`xpos_cos_sin` of checked arguments."""
+    """:func:`xpos_cos_sin` of checked arguments, as one compiled program."""
     cos, sin = _rope.tables(positions, config, seq_len)
     rotary_dim = config.rotated_features
     zeta = (2.0 * np.arange(rotary_dim // 2) / rotary_dim + gamma) / (1.0 + gamma)
@@ -176,10 +176,8 @@ def apply_xpos(
     check_rope_config("config", config, RopeConfig)
     check_heads_array("x", x, config.head_dim)
     positions = check_positions("positions", positions, "x.shape[:-2]", x.shape[:-2])
-    cos, sin = _xpos_tables(
-        positions,
-        config,
-        *_check_decay(is_key, scale_base, gamma, center, positions),
-        check_seq_len(seq_len, "positions", positions.shape),
-    )
+    center, decay = _check_decay(is_key, scale_base, gamma, center, positions)
+    seq_len = check_seq_len(seq_len, "positions", positions.shape)
+    # Two programs, as apply_rope: xpos_cos_sin's tables, then the rotation.
+    cos, sin = _xpos_tables(positions, center, config=config, seq_len=seq_len, **decay)
     return _rope.rotate(x, cos, sin, config.layout)
