@@ -155,8 +155,7 @@ def dual_chunk_positions(
       ([0, 5, 0, 1], [6, 8, 6, 7], [8, 8, 8, 8], [0, 5, 0, 1])
     """
     _check_config(config)
-    positions = check_integer_array("positions", positions).astype(jnp.int32)
-    return _positions(positions, config)
+    return _compiled_positions(check_integer_array("positions", positions), config)
 
 
 def _check_config(config: object) -> None:
@@ -177,6 +176,13 @@ def _positions(positions: jax.Array, config: DualChunkAttentionConfig):
         inter=jnp.full_like(positions, min(2 * c - 1, size)),
         key=within,
     )
+
+
+@functools.partial(jax.jit, static_argnames="config")
+def _compiled_positions(
+    positions: jax.Array, config: DualChunkAttentionConfig
+) -> DualChunkPositions:
+    return _positions(positions.astype(jnp.int32), config)
 
 
 def dual_chunk_attention(

@@ -24,6 +24,8 @@ way, or to compare with a full forward pass.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
@@ -79,11 +81,25 @@ def hf_decode_seq_lens(
     else:
         prompt_length = check_integer_array("prompt_length", prompt_length)
     if isinstance(config.scaling, DynamicNTKScaling):
-        return (
-            jnp.maximum(q_positions + 1, prompt_length),
-            jnp.maximum(k_positions + 1, prompt_length),
-        )
+        return _dynamic_seq_lens(q_positions, k_positions, prompt_length)
     if isinstance(config.scaling, LongRopeScaling):
-        length = jnp.max(q_positions, initial=0) + 1
+        length = _longrope_seq_len(q_positions)
         return length, length
     return None, None
+
+
+@jax.jit
+def _dynamic_seq_lens(
+    q_positions: jax.Array, k_positions: jax.Array, prompt_length: Any
+) -> tuple[jax.Array, jax.Array]:
+    """Dynamic NTK: each token's call saw ``max(position + 1, prompt_length)``."""
+    return (
+        jnp.maximum(q_positions + 1, prompt_length),
+        jnp.maximum(k_positions + 1, prompt_length),
+    )
+
+
+@jax.jit
+def _longrope_seq_len(q_positions: jax.Array) -> jax.Array:
+    """LongRoPE: the step's own ``max(q_positions) + 1``, for q and k alike."""
+    return jnp.max(q_positions, initial=0) + 1
