@@ -174,44 +174,65 @@ def attention(
 ) -> jax.Array:
     """Blockwise attention of checked inputs, ``[..., L, N, Hv]`` in q's dtype.
 
-    An eager call runs one compiled program per static configuration: the bias's
-    array leaves are traced arguments, the rest of it (its pytree structure, a
-    function, a frozen dataclass) is static. Under a transformation (``jit``,
-    ``grad``, ``vmap``) the kernel is traced inline instead: a nested ``jit`` would
-    change what the gradient keeps (92 -> 109 MiB for ALiBi at ``L = 8192``). So
-    does a bias whose static part is unhashable.
+    An eager call runs one compiled program per static configuration (see
+    :func:`eager_compiled`); under a transformation the kernel is traced inline.
     """
+    bias_arrays, bias_static = split_bias(bias)
+    operands = (q, k, v, arrays, bias_arrays)
+    if eager_compiled(operands, bias_static):
+        return _compiled_attention(*operands, bias_static, options, precision)
+    return online_softmax(prepare(q, k, v, arrays, options), bias, precision)
+
+
+class BiasStatic(NamedTuple):
+    """What of a bias is not an array: its pytree structure and other leaves."""
+
+    treedef: Any
+    constants: tuple[Any, ...]  # None where the leaf is an array
+
+
+def split_bias(bias: Bias | None) -> tuple[list[Any], BiasStatic]:
+    """The bias's array leaves (traced, differentiable: a T5 table, FIRE's MLP) and
+    the rest; :func:`join_bias` puts them back together."""
     leaves, treedef = jax.tree_util.tree_flatten(bias)
-    traced = [leaf if _is_array(leaf) else None for leaf in leaves]
-    static = (treedef, tuple(None if _is_array(x) else x for x in leaves))
-    inputs = jax.tree_util.tree_leaves((q, k, v, arrays, traced))
+    is_array = [hasattr(x, "shape") and hasattr(x, "dtype") for x in leaves]
+    arrays = [x for x, a in zip(leaves, is_array, strict=True) if a]
+    constants = tuple(None if a else x for x, a in zip(leaves, is_array, strict=True))
+    return arrays, BiasStatic(treedef, constants)
+
+
+def join_bias(arrays: list[Any], static: BiasStatic) -> Any:
+    """The bias of :func:`split_bias`'s parts, with ``arrays`` in place."""
+    it = iter(arrays)
+    leaves = [next(it) if c is None else c for c in static.constants]
+    return jax.tree_util.tree_unflatten(static.treedef, leaves)
+
+
+def eager_compiled(operands: Any, static: Any) -> bool:
+    """Whether a core runs as its ``jax.jit``-compiled form: its operands concrete
+    (an eager call: one program per static configuration) and its static part
+    hashable. Under a transformation (``jit``, ``grad``, ``vmap``) it is traced
+    inline instead: a nested ``jit`` changes what the gradient keeps (ALiBi at
+    ``L = 8192``: 92 -> 109 MiB)."""
     try:
         hash(static)
     except TypeError:
-        static = None
-    if static is None or any(is_traced(x) for x in inputs):
-        return online_softmax(prepare(q, k, v, arrays, options), bias, precision)
-    return _compiled_attention(q, k, v, arrays, traced, static, options, precision)
+        return False
+    return not any(is_traced(x) for x in jax.tree_util.tree_leaves(operands))
 
 
-def _is_array(leaf: Any) -> bool:
-    return isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float, complex))
-
-
-@functools.partial(jax.jit, static_argnames=("static", "options", "precision"))
+@functools.partial(jax.jit, static_argnames=("bias_static", "options", "precision"))
 def _compiled_attention(
     q: jax.Array,
     k: jax.Array,
     v: jax.Array,
     arrays: Arrays,
-    traced: list[Any],
-    static: tuple[Any, tuple[Any, ...]],
+    bias_arrays: list[Any],
+    bias_static: BiasStatic,
     options: Options,
     precision: Any,
 ) -> jax.Array:
-    treedef, constants = static
-    leaves = [c if t is None else t for t, c in zip(traced, constants, strict=True)]
-    bias = jax.tree_util.tree_unflatten(treedef, leaves)
+    bias = join_bias(bias_arrays, bias_static)
     return online_softmax(prepare(q, k, v, arrays, options), bias, precision)
 
 

@@ -47,16 +47,8 @@ def ring_permutation(size: int) -> list[tuple[int, int]]:
 def split_bias(bias: Bias | None) -> tuple[list[jax.Array], Callable[[list], Any]]:
     """The bias's array leaves (differentiable, e.g. a T5 table) and a function that
     rebuilds the bias from them; other leaves stay as they are."""
-    leaves, treedef = jax.tree_util.tree_flatten(bias)
-    is_array = [hasattr(x, "shape") and hasattr(x, "dtype") for x in leaves]
-    arrays = [x for x, a in zip(leaves, is_array, strict=True) if a]
-
-    def rebuild(new_arrays: list) -> Any:
-        it = iter(new_arrays)
-        merged = [next(it) if a else x for x, a in zip(leaves, is_array, strict=True)]
-        return jax.tree_util.tree_unflatten(treedef, merged)
-
-    return arrays, rebuild
+    arrays, static = _blockwise.split_bias(bias)
+    return arrays, functools.partial(_blockwise.join_bias, static=static)
 
 
 def default_kv_chunks(blocks: Blocks) -> int:

@@ -511,13 +511,16 @@ def _check_sharded(
 def _run_sharded(
     q: jax.Array, k: jax.Array, v: jax.Array, checked: _Sharded, precision: Any
 ) -> jax.Array:
-    """``shard_map`` of :func:`_local_ring` over checked global arrays."""
+    """``shard_map`` of :func:`_local_ring` over checked global arrays: compiled
+    once per static configuration when called eagerly, inline under a
+    transformation (:func:`flax_posenc._blockwise.eager_compiled`)."""
     mesh, axis, batch_axis, arrays, bias, rotation, options, kv_chunks = checked
     config, seq_len = rotation
-    if config is not None and config.depends_on_seq_len and seq_len is None:
-        qp, kp = _rope_positions(arrays)
-        seq_len = jnp.maximum(jnp.max(qp), jnp.max(kp)) + 1  # global, under jit
-    bias_arrays, rebuild = _ring.split_bias(bias)
+    if seq_len is not None and getattr(seq_len, "ndim", 0):
+        raise ValueError(
+            "A per-token `seq_len` is not supported on a mesh; give an int or None."
+        )
+    bias_arrays, bias_static = _blockwise.split_bias(bias)
     operands = {"q": q, "k": k, "v": v, "bias": bias_arrays}
     specs = {"q": P(batch_axis, axis), "k": P(batch_axis, axis)}
     specs |= {"v": P(batch_axis, axis), "bias": P()}
@@ -526,41 +529,79 @@ def _run_sharded(
             operands[name] = ids
             rows = batch_axis if ids.ndim == 2 and ids.shape[0] > 1 else None
             specs[name] = P(axis) if ids.ndim == 1 else P(rows, axis)
-    if seq_len is not None and getattr(seq_len, "ndim", 0):
-        raise ValueError(
-            "A per-token `seq_len` is not supported on a mesh; give an int or None."
-        )
     if seq_len is not None and not isinstance(seq_len, int):
         operands["seq_len"], specs["seq_len"] = jnp.asarray(seq_len), P()
+        seq_len = None
+    static = _MeshStatic(
+        mesh,
+        axis,
+        batch_axis,
+        tuple(specs.items()),
+        bias_static,
+        _Rotation(config, seq_len),
+        options,
+        precision,
+        kv_chunks,
+    )
+    operands = {name: _place(x, mesh, specs[name]) for name, x in operands.items()}
+    if _blockwise.eager_compiled(operands, static):
+        return _compiled_mapped(operands, static)
+    return _mapped(operands, static)
+
+
+class _MeshStatic(NamedTuple):
+    """The static part of a mesh call: everything but the arrays."""
+
+    mesh: Mesh
+    axis: str
+    batch_axis: str | None
+    specs: tuple[tuple[str, Any], ...]  # (operand name, PartitionSpec)
+    bias: _blockwise.BiasStatic
+    rotation: _Rotation  # seq_len: an int, or None (an array is an operand)
+    options: _blockwise.Options
+    precision: Any
+    kv_chunks: int | None
+
+
+def _mapped(operands: dict, static: _MeshStatic) -> jax.Array:
+    """The ``shard_map`` of :func:`_local_ring` over the placed operands."""
+    specs = dict(static.specs)
+    config, seq_len = static.rotation
+    if config is not None and config.depends_on_seq_len and seq_len is None:
+        if "seq_len" not in operands:  # the global length, in the graph
+            shard = _blockwise.Arrays(*map(operands.get, _blockwise.Arrays._fields))
+            qp, kp = _rope_positions(shard)
+            length = jnp.maximum(jnp.max(qp), jnp.max(kp)) + 1
+            operands = operands | {"seq_len": _place(length, static.mesh, P())}
+            specs["seq_len"] = P()
 
     def local(operands: dict) -> jax.Array:
-        shard = _blockwise.Arrays(
-            *(operands.get(name) for name in _blockwise.Arrays._fields)
-        )
-        length = operands.get("seq_len", seq_len)
+        shard = _blockwise.Arrays(*map(operands.get, _blockwise.Arrays._fields))
         return _local_ring(
             operands["q"],
             operands["k"],
             operands["v"],
             shard,
-            rebuild(operands["bias"]),
-            _Rotation(config, length),
-            options,
-            axis,
-            precision,
-            kv_chunks,
+            _blockwise.join_bias(operands["bias"], static.bias),
+            _Rotation(config, operands.get("seq_len", seq_len)),
+            static.options,
+            static.axis,
+            static.precision,
+            static.kv_chunks,
             False,
         )
 
-    operands = {name: _place(x, mesh, specs[name]) for name, x in operands.items()}
     mapped = jax.shard_map(
         local,
-        mesh=mesh,
+        mesh=static.mesh,
         in_specs=(specs,),
-        out_specs=P(batch_axis, axis),
+        out_specs=P(static.batch_axis, static.axis),
         check_vma=False,
     )
     return mapped(operands)
+
+
+_compiled_mapped = jax.jit(_mapped, static_argnames="static")
 
 
 def _place(x: Any, mesh: Mesh, spec: Any) -> Any:

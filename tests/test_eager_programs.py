@@ -14,6 +14,7 @@ are); the tables and parameters here are device arrays: ``jnp.asarray`` of a num
 array compiles a copy program of its own (JAX's ``stage``). Lengths (37, 41, 72) are
 ones no other test module uses, so that no program of theirs is counted here."""
 
+import functools
 import inspect
 import types
 
@@ -109,18 +110,18 @@ _KV_CACHE = jax.jit(
     )
 )  # fmt: skip
 STEP = jax.device_put(np.ones((1, 1, HEADS, 8), F32))  # one decode step's query
-# sharded_ring_attention and ring_attention_fn run shard_map themselves, outside
-# any jit: called eagerly they compile op by op (some 90 programs, on every call:
-# the shard_map's function is a new closure each time) until context_parallel.py
-# jit-wraps its core. They are checked here inside the caller's jit, as Flax runs
-# an attention_fn.
-_SHARDED_RING = jax.jit(
-    lambda q, k, v: fp.sharded_ring_attention(
-        q, k, v, mesh=MESH, axis_name="seq", q_positions=np.arange(72), **RING
-    )
+# sharded_ring_attention and ring_attention_fn run shard_map themselves: eagerly
+# (they compiled some 90 programs op by op on every call before their core was
+# jit-wrapped).
+_SHARDED_RING = functools.partial(
+    fp.sharded_ring_attention,
+    mesh=MESH,
+    axis_name="seq",
+    q_positions=np.arange(72),
+    **RING,
 )
-_RING_FN = jax.jit(
-    fp.ring_attention_fn(mesh=MESH, axis_name="seq", q_positions=np.arange(72), **RING)
+_RING_FN = fp.ring_attention_fn(
+    mesh=MESH, axis_name="seq", q_positions=np.arange(72), **RING
 )
 _ATTEND = jax.jit(jax.nn.dot_product_attention)  # the caller's attention program
 
@@ -236,7 +237,8 @@ CALLS = {
     "relative_position_bucket": (1, lambda: fp.relative_position_bucket(K - 20)),
     "relative_positions": (1, lambda: fp.relative_positions(Q, K)),
     "ring_attention": (1, lambda: _RING(XS, XS, XS, np.arange(72))),
-    "ring_attention_fn": (1, lambda: _RING_FN(XS, XS, XS)),
+    # the ring, and the placement of the host positions onto the mesh
+    "ring_attention_fn": (2, lambda: _RING_FN(XS, XS, XS)),
     "rope_cos_sin": (1, lambda: fp.rope_cos_sin(Q, ROPE)),
     "rope_cos_sin exact": (1, lambda: fp.rope_cos_sin(Q, EXACT)),
     # host frequencies of a config (attention_scaling stays a Python float, so a
@@ -262,7 +264,7 @@ CALLS = {
         1,
         lambda: _KV_CACHE(STEP, XS, XS, np.array([[71]]), np.arange(72)),
     ),
-    "sharded_ring_attention": (1, lambda: _SHARDED_RING(XS, XS, XS)),
+    "sharded_ring_attention": (2, lambda: _SHARDED_RING(XS, XS, XS)),  # as above
     "sinusoidal_encoding": (1, lambda: fp.sinusoidal_encoding(Q, 8)),
     "sinusoidal_encoding exact": (
         1,
