@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flax_posenc._eager import eager_compiled
 from flax_posenc._validation import (
     check_bool,
     check_broadcastable,
@@ -32,7 +33,6 @@ from flax_posenc._validation import (
     check_positions,
     check_positive_float,
     check_positive_int,
-    is_traced,
     obeys_positions_rule,
 )
 
@@ -174,8 +174,8 @@ def attention(
 ) -> jax.Array:
     """Blockwise attention of checked inputs, ``[..., L, N, Hv]`` in q's dtype.
 
-    An eager call runs one compiled program per static configuration (see
-    :func:`eager_compiled`); under a transformation the kernel is traced inline.
+    An eager call runs one compiled program per static configuration; under a
+    transformation the kernel is traced inline (:mod:`flax_posenc._eager`).
     """
     bias_arrays, bias_static = split_bias(bias)
     operands = (q, k, v, arrays, bias_arrays)
@@ -206,19 +206,6 @@ def join_bias(arrays: list[Any], static: BiasStatic) -> Any:
     it = iter(arrays)
     leaves = [next(it) if c is None else c for c in static.constants]
     return jax.tree_util.tree_unflatten(static.treedef, leaves)
-
-
-def eager_compiled(operands: Any, static: Any) -> bool:
-    """Whether a core runs as its ``jax.jit``-compiled form: its operands concrete
-    (an eager call: one program per static configuration) and its static part
-    hashable. Under a transformation (``jit``, ``grad``, ``vmap``) it is traced
-    inline instead: a nested ``jit`` changes what the gradient keeps (ALiBi at
-    ``L = 8192``: 92 -> 109 MiB)."""
-    try:
-        hash(static)
-    except TypeError:
-        return False
-    return not any(is_traced(x) for x in jax.tree_util.tree_leaves(operands))
 
 
 @functools.partial(jax.jit, static_argnames=("bias_static", "options", "precision"))

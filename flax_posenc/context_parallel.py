@@ -52,6 +52,7 @@ from jax.sharding import PartitionSpec as P
 
 from flax_posenc import _blockwise, _ring
 from flax_posenc._attention_fn import flax_signature
+from flax_posenc._eager import eager_compiled
 from flax_posenc._validation import (
     check_integer_array,
     check_positive_int,
@@ -513,7 +514,7 @@ def _run_sharded(
 ) -> jax.Array:
     """``shard_map`` of :func:`_local_ring` over checked global arrays: compiled
     once per static configuration when called eagerly, inline under a
-    transformation (:func:`flax_posenc._blockwise.eager_compiled`)."""
+    transformation (:mod:`flax_posenc._eager`)."""
     mesh, axis, batch_axis, arrays, bias, rotation, options, kv_chunks = checked
     config, seq_len = rotation
     if seq_len is not None and getattr(seq_len, "ndim", 0):
@@ -544,7 +545,7 @@ def _run_sharded(
         kv_chunks,
     )
     operands = {name: _place(x, mesh, specs[name]) for name, x in operands.items()}
-    if _blockwise.eager_compiled(operands, static):
+    if eager_compiled(operands, static):
         return _compiled_mapped(operands, static)
     return _mapped(operands, static)
 

@@ -48,6 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flax_posenc._eager import jit_when_eager
 from flax_posenc._remap_checks import check_attention_inputs
 from flax_posenc._remapped import batched, remapped_attention, rotate_at
 from flax_posenc._validation import (
@@ -328,7 +329,7 @@ def _scaled(x: jax.Array, factor: jax.Array) -> jax.Array:
     return x.astype(jnp.float32) * factor
 
 
-@functools.partial(jax.jit, static_argnames=("rope", "config", "block_q", "block_k"))
+@jit_when_eager("rope", "config", "block_q", "block_k")
 def _dual_chunk(
     q, k, v, q_positions, k_positions, prompt, scale, *, rope, config, block_q, block_k
 ) -> jax.Array:

@@ -24,11 +24,10 @@ window``).
 
 from __future__ import annotations
 
-import functools
-
 import jax
 import jax.numpy as jnp
 
+from flax_posenc._eager import jit_when_eager
 from flax_posenc._remap_checks import check_attention_inputs
 from flax_posenc._remapped import batched, remapped_attention, rotate_at
 from flax_posenc._validation import check_positive_int
@@ -109,9 +108,7 @@ def self_extend_attention(
     )
 
 
-@functools.partial(
-    jax.jit, static_argnames=("rope", "group_size", "window", "block_q", "block_k")
-)
+@jit_when_eager("rope", "group_size", "window", "block_q", "block_k")
 def _self_extend(
     q,
     k,
