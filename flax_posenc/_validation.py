@@ -324,6 +324,33 @@ def check_seq_len(
     return seq_len
 
 
+def check_seq_len_covers(
+    seq_len: Any, positions: Any, positions_name: str, config: Any
+) -> None:
+    """Raises where a concrete ``seq_len`` (checked) of a family whose frequencies
+    follow it (dynamic NTK, LongRoPE) is not above a concrete position: transformers
+    forms them at ``max(position_ids) + 1``, never below a token's own position."""
+    if seq_len is None or not config.depends_on_seq_len:
+        return
+    if is_traced(seq_len) or is_traced(positions) or not np.size(positions):
+        return
+    lengths, values = np.asarray(seq_len), np.asarray(positions)
+    short = lengths <= values  # per-token lengths obey the positions rule
+    if np.any(short):
+        at = np.unravel_index(
+            np.argmax(np.broadcast_to(short, short.shape)), short.shape
+        )
+        length = int(np.broadcast_to(lengths, short.shape)[at])
+        position = int(np.broadcast_to(values, short.shape)[at])
+        raise ValueError(
+            f"`seq_len` must exceed every position it serves for "
+            f"{type(config.scaling).__name__} (its frequencies follow the length, and "
+            f"transformers forms them at max(position_ids) + 1), got seq_len {length} "
+            f"for a token of {positions_name} at {position}. Hint: seq_len=None for "
+            f"max({positions_name}) + 1, or the length the sequence has."
+        )
+
+
 def check_bucket_sizes(num_buckets: Any, max_distance: Any, bidirectional: Any) -> int:
     """Validates T5's bucket hyper-parameters; returns the buckets per direction."""
     if not isinstance(bidirectional, (bool, np.bool_)):

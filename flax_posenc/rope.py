@@ -41,6 +41,7 @@ from flax_posenc._validation import (
     check_rope_config,
     check_rotary_dim,
     check_seq_len,
+    check_seq_len_covers,
     obeys_positions_rule,
 )
 from flax_posenc.rope_scaling import RopeFrequencies, RopeScaling, SeqLen
@@ -228,8 +229,9 @@ def rope_cos_sin(
     Raises:
       TypeError: non-integer positions or ``seq_len``.
       ValueError: a per-token ``seq_len`` that does not broadcast to ``positions``;
-        for exact angles, a ``seq_len`` that is not an int where the frequencies
-        depend on it.
+        where the frequencies depend on it, a concrete ``seq_len`` not above a
+        concrete position (transformers uses ``max(position_ids) + 1``), and for
+        exact angles a ``seq_len`` that is not an int.
 
     Examples:
       >>> cos, sin = fp.rope_cos_sin(jnp.arange(3), fp.RopeConfig(head_dim=4))
@@ -241,6 +243,7 @@ def rope_cos_sin(
     check_rope_config("config", config, RopeConfig)
     positions = check_integer_array("positions", positions)
     seq_len = check_seq_len(seq_len, "positions", positions.shape)
+    check_seq_len_covers(seq_len, positions, "positions", config)
     return RopeTables(*_rope.tables(positions, config, seq_len))
 
 
@@ -320,8 +323,9 @@ def apply_rope(
       ``[..., L, N, H]`` in ``x.dtype``; features past ``rotary_dim`` unchanged.
 
     Raises:
-      ValueError: ``H != config.head_dim``, or positions that break the positions
-        rule (e.g. ``[1]`` for ``L = 5``, or a shape that would enlarge the output).
+      ValueError: ``H != config.head_dim``, positions that break the positions
+        rule (e.g. ``[1]`` for ``L = 5``, or a shape that would enlarge the output),
+        or a ``seq_len`` :func:`rope_cos_sin` refuses.
       TypeError: non-integer positions, a non-floating ``x``, or a ``config`` that
         is not a :class:`RopeConfig` (e.g. a ``config.json`` dict).
 
@@ -340,6 +344,7 @@ def apply_rope(
     check_heads_array("x", x, config.head_dim)
     positions = check_positions("positions", positions, "x.shape[:-2]", x.shape[:-2])
     seq_len = check_seq_len(seq_len, "positions", positions.shape)
+    check_seq_len_covers(seq_len, positions, "positions", config)
     cos, sin = _rope.tables(positions, config, seq_len)
     return _rope.rotate(x, cos, sin, config.layout)
 
@@ -403,9 +408,9 @@ def apply_rope_qk(
             "k.shape[:-2]",
             k.shape[:-2],
         )
-        cos, sin = _rope.tables(
-            positions, config, check_seq_len(seq_len, "positions", positions.shape)
-        )
+        seq_len = check_seq_len(seq_len, "positions", positions.shape)
+        check_seq_len_covers(seq_len, positions, "positions", config)
+        cos, sin = _rope.tables(positions, config, seq_len)
         return (
             _rope.rotate(q, cos, sin, config.layout),
             _rope.rotate(k, cos, sin, config.layout),
@@ -424,6 +429,8 @@ def apply_rope_qk(
         k_seq_len = seq_len
         if getattr(seq_len, "ndim", 0):
             check_seq_len(seq_len, "k_positions", k_positions.shape)
+    check_seq_len_covers(seq_len, positions, "positions", config)
+    check_seq_len_covers(k_seq_len, k_positions, "k_positions", config)
     q_cos, q_sin = _rope.tables(positions, config, seq_len)
     k_cos, k_sin = _rope.tables(k_positions, config, k_seq_len)
     return (

@@ -45,6 +45,7 @@ from flax_posenc._validation import (
     check_positive_float,
     check_rope_config,
     check_seq_len,
+    check_seq_len_covers,
 )
 from flax_posenc.rope import RopeConfig, RopeTables
 from flax_posenc.rope_scaling import SeqLen
@@ -94,6 +95,7 @@ def xpos_cos_sin(
     positions = check_integer_array("positions", positions)
     center, decay = _check_decay(is_key, scale_base, gamma, center, positions)
     seq_len = check_seq_len(seq_len, "positions", positions.shape)
+    check_seq_len_covers(seq_len, positions, "positions", config)
     return _xpos_tables(positions, center, config=config, seq_len=seq_len, **decay)
 
 
@@ -178,6 +180,7 @@ def apply_xpos(
     positions = check_positions("positions", positions, "x.shape[:-2]", x.shape[:-2])
     center, decay = _check_decay(is_key, scale_base, gamma, center, positions)
     seq_len = check_seq_len(seq_len, "positions", positions.shape)
+    check_seq_len_covers(seq_len, positions, "positions", config)
     # Two programs, as apply_rope: xpos_cos_sin's tables, then the rotation.
     cos, sin = _xpos_tables(positions, center, config=config, seq_len=seq_len, **decay)
     return _rope.rotate(x, cos, sin, config.layout)

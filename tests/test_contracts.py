@@ -444,6 +444,26 @@ BAD_VALUES = [
         ValueError,
         "per-token `seq_len`",
     ),
+    # A concrete seq_len below a concrete position: transformers never forms the
+    # frequencies there (dynamic NTK at seq_len 4 for position 6: 6.5 off).
+    (
+        lambda: fp.apply_rope(X, jnp.arange(5) + 2, DYNAMIC, seq_len=4),
+        ValueError,
+        r"`seq_len` must exceed every position it serves for DynamicNTKScaling .* "
+        r"got seq_len 4 for a token of positions at 4\. Hint: seq_len=None",
+    ),
+    (
+        lambda: fp.rope_cos_sin(jnp.arange(3), DYNAMIC, seq_len=jnp.array([3, 3, 2])),
+        ValueError,
+        r"got seq_len 2 for a token of positions at 2",
+    ),
+    (
+        lambda: fp.apply_rope_qk(
+            X, X, jnp.arange(5), DYNAMIC, k_positions=jnp.arange(5) + 9, seq_len=6
+        ),
+        ValueError,
+        r"got seq_len 6 for a token of k_positions at 9",
+    ),
     # theta = 1 gives every pair the frequency 1 (theta < 1 reverses the order).
     (lambda: fp.RopeConfig(head_dim=8, theta=1.0), ValueError, r"`theta` must be > 1"),
     (lambda: fp.RopeConfig(head_dim=8, theta=0.5), ValueError, r"`theta` must be > 1"),
