@@ -119,7 +119,8 @@ TABLE = set(_models.MODELS) | set(_models.COMMON_TYPES)
 
 
 # By default one model type per kind of rule (scaling families, layer types, NoPE
-# layers, query scaling, M-RoPE and XD-RoPE, interleaved pairs, -theta, a refusal);
+# layers, query scaling, M-RoPE and XD-RoPE, interleaved pairs, -theta, a refusal,
+# per-layer RoPE lists);
 # every type under `slow`.
 SAMPLED_TYPES = (
     "gemma3_text",
@@ -130,6 +131,7 @@ SAMPLED_TYPES = (
     "mistral_large4_text",
     "nanochat",
     "qwen2_vl_text",
+    "step3p5",
 )
 
 

@@ -27,6 +27,26 @@ LLAMA = {
     "max_position_embeddings": 4096,
 }
 YARN = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024}
+STEP35_LAYERS = [
+    "full_attention",
+    "sliding_attention",
+    "sliding_attention",
+    "full_attention",
+]
+STEP35 = {
+    "model_type": "step3p5",
+    "hidden_size": 64,
+    "num_attention_heads": 2,
+    "num_hidden_layers": 4,
+    "layer_types": STEP35_LAYERS,
+}
+DEEPSEEK_V4 = {
+    "model_type": "deepseek_v4",
+    "hidden_size": 64,
+    "num_attention_heads": 2,
+    "num_hidden_layers": 2,
+    "layer_types": ["sliding_attention", "compressed_sparse_attention"],
+}
 COHERE2 = {
     "model_type": "cohere2",
     "hidden_size": 256,
@@ -73,12 +93,77 @@ REFUSED = [
     # A nested block with no layer types to choose it by.
     ({**LLAMA, "rope_parameters": {"full_attention": {"rope_theta": 1e4}}},
      r"nested by layer type \['full_attention'\], but it names no layer_types"),
+    # Step 3.5's own per-layer key is a typo everywhere else.
+    ({**LLAMA, "partial_rotary_factors": [0.5]}, r"close to 'partial_rotary_factor'"),
+    # Step 3.5: a per-layer list too short for the first layer of a type (IndexError
+    # in Step3p7TextConfig); keys the class ignores.
+    ({**STEP35, "rope_theta": [5e6]},
+     r"config\['rope_theta'\] \(step3p5\) has 1 entries, but transformers' "
+     r"Step3p7TextConfig reads entry 1 \(the first 'sliding_attention' layer\) and "
+     r"fails \(IndexError\). Give one entry per layer"),
+    ({**STEP35, "partial_rotary_factors": [1.0, 1.0, 1.0],
+      "layer_types": [*["sliding_attention"] * 3, "full_attention"]},
+     r"config\['partial_rotary_factors'\] \(step3p5\) has 3 entries, but .* reads "
+     r"entry 3 \(the first 'full_attention' layer\)"),
+    ({**STEP35, "num_nextn_predict_layers": 1, "rope_theta": [5e6, 1e4, 1e4, 5e6, 1e4],
+      "layer_types": [*STEP35_LAYERS, "full_attention", "sliding_attention"]},
+     r"config\['layer_types'\] \(step3p5\) has 6 entries for num_hidden_layers = 4"),
+    ({**STEP35, "rope_scaling": {"type": "linear", "factor": 2.0}},
+     r"config\['rope_scaling'\] \(step3p5\) names its family with the legacy key "
+     r"'type' \('linear'\): .* computes plain RoPE .* Rename 'type' to 'rope_type'."),
+    ({**STEP35, "layer_types": ["sliding_attention"] * 4,
+      "rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+     r"config\['rope_scaling'\] \(step3p5\) is set, but .* applies it to the "
+     r"full_attention block only, and this config's layers are "
+     r"\['sliding_attention'\]: it is ignored. Remove it."),
+    ({**STEP35, "rope_parameters": {"rope_type": "linear", "factor": 2.0}},
+     r"config\['rope_parameters'\] \(step3p5\) has no block for every layer type "
+     r"\['full_attention', 'sliding_attention'\]: transformers' Step3p7TextConfig "
+     r"then ignores it"),
+    ({**STEP35, "rope_parameters": {"full_attention": {"rope_theta": 1e4}}},
+     r"has no block for every layer type"),
+    ({**STEP35, "rope_theta": 5e5, "rope_parameters": {
+        "full_attention": {"rope_theta": 1e4}, "sliding_attention": {"rope_theta": 1e4}}},
+     r"has rope_parameters nested by every layer type .* keeps the nested blocks and "
+     r"ignores \['rope_theta'\]. Remove \['rope_theta'\], or the nested blocks."),
+    # DeepSeek-V4: the rope slice outgrows the indexer's heads (index_head_dim).
+    ({**DEEPSEEK_V4, "partial_rotary_factor": 0.5},
+     r"rope_parameters\['compress'\] rotates 256 features \(partial_rotary_factor "
+     r"0.5 of head_dim 512\), but transformers' 'deepseek_v4' also rotates its "
+     r"lightning indexer's heads of index_head_dim = 128 features with it in its "
+     r"compressed_sparse_attention layers \[1\], and fails on the shapes. Give a "
+     r"factor that rotates at most 128 features, or index_head_dim >= 256."),
+    ({**DEEPSEEK_V4, "partial_rotary_factor": 0.25, "index_head_dim": 64},
+     r"rotates 128 features .* index_head_dim = 64"),
+]  # fmt: skip
+
+TYPE_REFUSED = [
+    ({**STEP35, "partial_rotary_factors": 0.5},
+     r"config\['partial_rotary_factors'\] \(step3p5\) must be a list \(one factor "
+     r"per layer\), got 0.5: transformers' Step3p7TextConfig indexes it and fails."),
+    ({**STEP35, "num_nextn_predict_layers": None},
+     r"config\['num_nextn_predict_layers'\] \(step3p5\) must be an integer >= 0 "
+     r"\(the MTP layers that pad the per-layer lists\), got None: transformers' "
+     r"Step3p7TextConfig adds it to num_hidden_layers and fails."),
+    ({**STEP35, "num_nextn_predict_layers": 1.0}, r"must be an integer >= 0"),
+    ({**STEP35, "rope_theta": [5e6, "1e4", 1e4, 5e6]},
+     r"config\['rope_theta'\] \(step3p5\)\[1\]"),
+    ({**STEP35, "rope_parameters": [1e4]},
+     r"config\['rope_parameters'\] \(step3p5\) must be a dict or null"),
+    ({**STEP35, "rope_scaling": [2.0]},
+     r"config\['rope_scaling'\] \(step3p5\) must be a dict or null"),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize("config, match", REFUSED, ids=range(len(REFUSED)))
 def test_refused(config, match):
     with pytest.raises(ValueError, match=match):
+        fp.read_hf_rope(config)
+
+
+@pytest.mark.parametrize("config, match", TYPE_REFUSED, ids=range(len(TYPE_REFUSED)))
+def test_refused_as_the_wrong_json_type(config, match):
+    with pytest.raises(TypeError, match=match):
         fp.read_hf_rope(config)
 
 
@@ -205,20 +290,8 @@ with warnings.catch_warnings():
         for case in json.loads((FIXTURES / "hf_models.json").read_text())["cases"]
         if _readable(case["config"])
     }
-# Where the reader still computes and transformers fails (reported in issue 31):
-# DeepSeek-V4's factor sizes the rope slice of its [nope | rope] heads, and the small
-# model fails on 0.5 in its blocks for a reason the reader does not repeat yet.
-NOT_FOLLOWED = {("deepseek_v4", "default/in_block")}
 PARTIAL_QUESTIONS = [
-    pytest.param(
-        model_type,
-        question,
-        answer,
-        id=f"{model_type}-{question}",
-        marks=[pytest.mark.xfail(strict=True)]
-        if (model_type, question) in NOT_FOLLOWED
-        else [],
-    )
+    pytest.param(model_type, question, answer, id=f"{model_type}-{question}")
     for model_type, answers in EDGE["partial_rotary_factor_read"].items()
     for question, answer in answers.items()
     if isinstance(answer, (bool, str)) and model_type in READABLE
@@ -257,6 +330,10 @@ def test_partial_rotary_factor_is_read_where_transformers_reads_it(
 REFUSED_WHERE_TRANSFORMERS_IGNORES = (
     "llama/rope_scalling_llama3",
     "llama/rope_thetta_5e5",
+    # Step3p7TextConfig drops these (plain RoPE where a scaling block was meant).
+    "step3p5/rope_scaling_legacy_type",
+    "step3p5/rope_scaling_without_full_attention",
+    "step3p5/flat_rope_parameters",
 )
 # transformers' warnings on values it computes with, and the reader's counterpart.
 WARNING_TEXTS = (

@@ -72,8 +72,8 @@ def _split_blocks(cfg: Config, given: dict | None) -> dict[str | None, dict | No
     ``main`` (plain RoPE at ``rope_theta``) and ``compress`` (the flat block, e.g.
     YaRN with ``attention_factor`` 1, at ``compress_rope_theta``)."""
     names = sorted({block for _, block in cfg.model.layer_blocks})
-    if given and all(isinstance(given.get(name), Mapping) for name in names):
-        return {name: dict(given[name]) for name in names}
+    if _class_blocks_given(cfg):
+        return {name: dict((given or {})[name]) for name in names}
     flat = {k: v for k, v in (given or {}).items() if k not in names}
     nested = cfg.defaults["rope_parameters"]
     partial = cfg.explicit("partial_rotary_factor")
@@ -99,6 +99,17 @@ def _split_blocks(cfg: Config, given: dict | None) -> dict[str | None, dict | No
     if rope_type == "yarn":
         compress.setdefault("attention_factor", 1.0)
     return {"main": main, "compress": compress}
+
+
+def _class_blocks_given(cfg: Config) -> bool:
+    """Whether the config gives every block the class names (DeepSeek-V4's ``main``
+    and ``compress``), which the class keeps as they are; otherwise it builds them from
+    the flat form and the top-level keys (``partial_rotary_factor`` included)."""
+    given = cfg.config.get("rope_scaling") or cfg.config.get("rope_parameters")
+    names = {block for _, block in cfg.model.layer_blocks}
+    return isinstance(given, Mapping) and all(
+        isinstance(given.get(name), Mapping) for name in names
+    )
 
 
 def blocks(cfg: Config) -> dict[str | None, dict | None]:
@@ -293,6 +304,8 @@ def check_partial_is_read(
     given = [
         (cfg.where("partial_rotary_factor"), cfg.explicit("partial_rotary_factor"))
     ]
+    if cfg.model.layer_blocks and not _class_blocks_given(cfg):
+        given = []  # the class splits the flat form, the factor into every block
     if not reads and not own:  # a class with a factor of its own reads the block's
         given.append(
             (f"{where}['partial_rotary_factor']", block.get("partial_rotary_factor"))

@@ -112,7 +112,8 @@ class Config:
                     "'unset'); give a value, or leave the key out for the class "
                     "default."
                 )
-            like = None if key in NEAR_TYPO_CHECKED else resembled(key)
+            own = key in NEAR_TYPO_CHECKED or key in self.model.own_keys
+            like = None if own else resembled(key)
             if like is not None:
                 raise ValueError(
                     f"config[{key!r}] is not a key of any transformers config, and it "

@@ -31,6 +31,9 @@ NopeRule = Literal[
 """Which layers of a model skip RoPE (rules in ``hf/_rules.py``)."""
 QueryScalingRule = Literal["llama4", "llama_4_scaling_beta"]
 """Where a model's position-dependent query factor comes from."""
+ConfigRule = Literal["per_layer_rope_lists"]
+"""How a model's config class rewrites raw RoPE keys before anything reads them (rules
+in ``hf/_rules.py``)."""
 MropeRule = Literal["contiguous", "interleaved", "hw_alternating", "xd", "alternating"]
 """A model's M-RoPE layout: one of :data:`flax_posenc.MropeLayout`, or NeoMME's
 ``"alternating"`` rows."""
@@ -108,6 +111,17 @@ class Model:
       paired_mlp: ``config.to_dict()`` writes ``layer_types`` as (attention,
         ``"mlp"``) pairs with ``num_hidden_layers`` doubled, which the class halves
         back on load (Dory).
+      config_rule: how the config class rewrites the raw RoPE keys before anything
+        reads them: ``"per_layer_rope_lists"`` (Step 3.5: per-layer ``rope_theta`` /
+        ``partial_rotary_factors``, padded with MTP layers, into one block per
+        layer type).
+      own_keys: top-level keys the config class pops and reads itself, which the
+        typo check must not take for misspellings (Step 3.5's
+        ``partial_rotary_factors``).
+      indexer: (layer type, class default of ``index_head_dim``): layers of that
+        type also rotate a lightning indexer's heads of ``index_head_dim`` features
+        with their block, and transformers fails where the block rotates more
+        (DeepSeek-V4's compressed sparse attention).
     """
 
     layout: RopeLayout = "half"
@@ -137,13 +151,18 @@ class Model:
     legacy_keys: tuple[tuple[str, str], ...] = ()
     layer_blocks: tuple[tuple[str, str], ...] = ()
     rope_slice_last: bool = False
+    config_rule: ConfigRule | None = None
+    own_keys: frozenset[str] = frozenset()
+    indexer: tuple[str, int] | None = None
 
 
 # Model types whose rotary module reads ``partial_rotary_factor`` from the rope block
 # (where the config class puts a top-level one too) and whose attention rotates that
 # fraction. Every other type's default RoPE ignores it (it rotates the whole head) and
 # fails on it with a scaling family (fewer frequencies than features), except that a
-# class with a factor in its own rope blocks (DeepSeek-V4, Mistral 4) keeps it.
+# class with a factor in its own rope blocks (DeepSeek-V4, Mistral 4) keeps it
+# (DeepSeek-V4's class moves a top-level one into the blocks it builds from the flat
+# form; its indexer bounds the factor: ``Model.indexer``).
 # Read from the rotary modules' code and checked by transformers itself:
 # ``tests/fixtures/hf_edge_cases.json`` (``partial_rotary_factor_source`` and
 # ``partial_rotary_factor_read``), in ``tests/test_hf_partial_rotary.py``.
@@ -333,6 +352,12 @@ MODELS: dict[str, Model] = {
             ("compressed_sparse_attention", "compress"),
             ("heavily_compressed_attention", "compress"),
         ),
+        indexer=("compressed_sparse_attention", 128),
+    ),
+    # Step 3.5 / 3.7: Step3p7TextConfig builds its blocks from per-layer lists.
+    "step3p5": Model(
+        config_rule="per_layer_rope_lists",
+        own_keys=frozenset({"partial_rotary_factors"}),
     ),
     "flint": Model(nope="sliding_only"),
     "openai_privacy_filter": INTERLEAVED,
@@ -481,7 +506,6 @@ COMMON_TYPES: frozenset[str] = frozenset(
         "solar_open",
         "stablelm",
         "starcoder2",
-        "step3p5",
         "ultrabert",
         "unlimited_ocr_text",
         "vaultgemma",

@@ -90,6 +90,8 @@ def normalise(config: Mapping[str, Any]) -> Record:
     cfg = Config(text_config(config))
     _rules.check_heads_divide_hidden(cfg)
     count = _layer_count(cfg)
+    if cfg.model.config_rule is not None:  # as the class rewrites its raw keys
+        _rules.CONFIG_RULES[cfg.model.config_rule](cfg, count)
     if cfg.model.nope == "all":  # the model never calls its rotary function
         return Record(cfg.model_type, None, {}, (LayerRecord("nope"),) * count)
     for flag in cfg.model.unsupported_flags:
@@ -203,6 +205,7 @@ def _block(
     head_dim = _rules.head_dim(cfg, layer_type, layer_types)
     theta = check_float(f"{where}['rope_theta']", block.get("rope_theta", 10000.0))
     rotary = _rotary(cfg, reading, head_dim)
+    _check_indexer(cfg, reading, layer_type, layer_types, rotary)
     if cfg.model.rope_slice_last:  # the rotated slice is the last `rotary` features
         head_dim = rotary
     rope = RopeConfig(
@@ -245,6 +248,38 @@ def _rotary(cfg: Config, reading: _families.BlockReading, head_dim: int) -> int:
         return head_dim  # MLA rotates all of its rope slice (Mistral 4's partial
         # factor applies to the full head: int(128 * 0.5) == qk_rope_head_dim)
     return int(head_dim * reading.partial)
+
+
+def _check_indexer(
+    cfg: Config,
+    reading: _families.BlockReading,
+    block: str | None,
+    layer_types: tuple[str, ...] | None,
+    rotary: int,
+) -> None:
+    """DeepSeek-V4: its compressed-sparse-attention layers rotate the last
+    ``2 * ceil(rotary / 2)`` features of the lightning indexer's heads too
+    (``index_head_dim``) with the same block; transformers fails where that is more
+    than the indexer's heads."""
+    if cfg.model.indexer is None:
+        return
+    kind, default = cfg.model.indexer
+    if dict(cfg.model.layer_blocks).get(kind, kind) != block:
+        return
+    layers = [i for i, t in enumerate(layer_types or ()) if t == kind]
+    index = check_length(
+        cfg.where("index_head_dim"), cfg.config.get("index_head_dim", default)
+    )
+    rotated = rotary + rotary % 2  # one frequency per pair, as transformers sizes it
+    if layers and rotated > index:
+        raise ValueError(
+            f"{reading.where} rotates {rotated} features (partial_rotary_factor "
+            f"{reading.partial} of head_dim {cfg.get('head_dim')}), but transformers' "
+            f"{cfg.model_type!r} also rotates its lightning indexer's heads of "
+            f"index_head_dim = {index} features with it in its {kind} layers "
+            f"{layers}, and fails on the shapes. Give a factor that rotates at most "
+            f"{index} features, or index_head_dim >= {rotated}."
+        )
 
 
 def _check_rope_slice(

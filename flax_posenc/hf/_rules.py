@@ -1,6 +1,7 @@
 """The rules by which a model type differs from the common reading, as registries
-keyed by the names in ``hf/_models.py``: where its head size comes from, which of its
-layers skip RoPE, and which pairs it rotates.
+keyed by the names in ``hf/_models.py``: how its config class rewrites raw RoPE keys,
+where its head size comes from, which of its layers skip RoPE, and which pairs it
+rotates.
 
 Adding a model type with a known quirk is one ``Model`` entry naming a rule; a new
 quirk is one rule here plus its name in the ``Literal`` of ``_models.py``.
@@ -11,10 +12,154 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from flax_posenc._validation import check_bool, check_length
+from flax_posenc._validation import check_bool, check_float, check_length
 from flax_posenc.hf._config import Config, numbers
-from flax_posenc.hf._models import HeadDimRule, NopeRule
+from flax_posenc.hf._models import ConfigRule, HeadDimRule, NopeRule
 from flax_posenc.rope import RopeLayout
+
+# --------------------------------------------------------------------------------------
+# Config rewrites.
+# --------------------------------------------------------------------------------------
+
+_PER_LAYER_KEYS = ("rope_theta", "partial_rotary_factors", "rope_scaling")
+
+
+def _mtp_layers(cfg: Config) -> int:
+    """``num_nextn_predict_layers`` under that spelling only: the class pops it before
+    its aliases apply, and adds it to the layer count (a null fails there)."""
+    value = cfg.config.get("num_nextn_predict_layers", 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TypeError(
+            f"{cfg.where('num_nextn_predict_layers')} must be an integer >= 0 (the MTP "
+            f"layers that pad the per-layer lists), got {value!r}: transformers' "
+            f"{cfg.defaults['config_class']} adds it to num_hidden_layers and fails."
+        )
+    return value
+
+
+def _entry(cfg: Config, key: str, values: Any, index: int, kind: str) -> float:
+    """``values[index]`` of the per-layer list ``key``, as the class indexes it."""
+    if not isinstance(values, list):  # rope_theta: one value for every layer
+        return check_float(cfg.where(key), values)
+    if index >= len(values):
+        raise ValueError(
+            f"{cfg.where(key)} has {len(values)} entries, but transformers' "
+            f"{cfg.defaults['config_class']} reads entry {index} (the first {kind!r} "
+            "layer) and fails (IndexError). Give one entry per layer "
+            "(num_hidden_layers, then num_nextn_predict_layers MTP entries)."
+        )
+    return check_float(f"{cfg.where(key)}[{index}]", values[index])
+
+
+def _nested_rope_parameters(cfg: Config, kinds: list[str]) -> dict | None:
+    """The config's rope_parameters where the class keeps them (a block for every
+    layer type), else None; refuses what the class would drop silently."""
+    given = cfg.config.get("rope_parameters")
+    if given is not None and not isinstance(given, Mapping):
+        raise TypeError(
+            f"{cfg.where('rope_parameters')} must be a dict or null, got {given!r}."
+        )
+    if given and all(isinstance(given.get(kind), Mapping) for kind in kinds):
+        ignored = [
+            k for k in _PER_LAYER_KEYS if cfg.config.get(k) not in (None, {}, [])
+        ]
+        if ignored:
+            raise ValueError(
+                f"The {cfg.model_type!r} config has rope_parameters nested by every "
+                f"layer type {kinds} and {ignored}: transformers' "
+                f"{cfg.defaults['config_class']} keeps the nested blocks and ignores "
+                f"{ignored}. Remove {ignored}, or the nested blocks."
+            )
+        return {kind: dict(given[kind]) for kind in kinds}
+    if given:
+        raise ValueError(
+            f"{cfg.where('rope_parameters')} has no block for every layer type "
+            f"{kinds}: transformers' {cfg.defaults['config_class']} then ignores it and "
+            "builds the blocks from rope_theta, partial_rotary_factors and "
+            "rope_scaling. Give a block per layer type, or those keys."
+        )
+    return None
+
+
+def _per_layer_rope_lists(cfg: Config, count: int) -> None:
+    """Step 3.5 / 3.7 (``Step3p7TextConfig.__post_init__``, transformers 5.25): lists
+    padded with ``num_nextn_predict_layers`` MTP entries lose them; the blocks, one
+    per layer type, take ``rope_theta`` (a list, or one value for all layers) and
+    ``partial_rotary_factors`` (a list) of the type's first layer, and
+    ``rope_scaling`` updates the ``full_attention`` block. A rope_parameters nested
+    by every layer type is kept as it is."""
+    mtp = _mtp_layers(cfg)
+    types = cfg.config.get("layer_types")
+    if mtp and isinstance(types, list) and len(types) == count + mtp:
+        cfg.config = {**cfg.config, "layer_types": types[:count]}
+    types = layer_types(cfg, count) or ("full_attention",) * count
+    kinds = list(dict.fromkeys(types))
+    blocks = _nested_rope_parameters(cfg, kinds)
+    if blocks is None:
+        blocks = _blocks_from_lists(cfg, types, kinds)
+    cfg.config = {
+        **{k: v for k, v in cfg.config.items() if k not in _PER_LAYER_KEYS},
+        "rope_parameters": blocks,
+    }
+
+
+def _blocks_from_lists(
+    cfg: Config, types: tuple[str, ...], kinds: list[str]
+) -> dict[str, dict]:
+    """One block per layer type from the per-layer lists, as the class builds them."""
+    default = cfg.defaults["rope_parameters"]["full_attention"]["rope_theta"]
+    theta = cfg.config.get("rope_theta", default)
+    factors = cfg.config.get("partial_rotary_factors")
+    if factors and not isinstance(factors, list):
+        raise TypeError(
+            f"{cfg.where('partial_rotary_factors')} must be a list (one factor per "
+            f"layer), got {factors!r}: transformers' {cfg.defaults['config_class']} "
+            "indexes it and fails."
+        )
+    blocks: dict[str, dict] = {}
+    for kind in kinds:
+        index = types.index(kind)
+        blocks[kind] = {
+            "rope_type": "default",
+            "rope_theta": _entry(cfg, "rope_theta", theta, index, kind),
+        }
+        if factors:
+            blocks[kind]["partial_rotary_factor"] = _entry(
+                cfg, "partial_rotary_factors", factors, index, kind
+            )
+    scaling = cfg.config.get("rope_scaling")
+    if scaling:
+        _check_full_scaling(cfg, scaling, kinds)
+        blocks["full_attention"].update(scaling)
+    return blocks
+
+
+def _check_full_scaling(cfg: Config, scaling: Any, kinds: list[str]) -> None:
+    """A rope_scaling the class merges into the full_attention block, and uses."""
+    where = cfg.where("rope_scaling")
+    if not isinstance(scaling, Mapping):
+        raise TypeError(f"{where} must be a dict or null, got {scaling!r}.")
+    if "full_attention" not in kinds:
+        raise ValueError(
+            f"{where} is set, but transformers' {cfg.defaults['config_class']} "
+            "applies it to the full_attention block only, and this config's layers "
+            f"are {kinds}: it is ignored. Remove it."
+        )
+    if "type" in scaling and "rope_type" not in scaling:
+        raise ValueError(
+            f"{where} names its family with the legacy key 'type' "
+            f"({scaling['type']!r}): transformers' {cfg.defaults['config_class']} "
+            "merges it into a block whose rope_type 'default' wins, and computes "
+            "plain RoPE (warning of unrecognized keys). Rename 'type' to 'rope_type'."
+        )
+
+
+CONFIG_RULES: dict[ConfigRule, Callable[[Config, int], None]] = {
+    "per_layer_rope_lists": _per_layer_rope_lists,
+}
+"""Each config rule: rewrites ``cfg.config`` (of ``count`` layers) as the model's
+config class rewrites its raw RoPE keys, refusing what it would fail on or drop."""
+
 
 # --------------------------------------------------------------------------------------
 # Head size.
