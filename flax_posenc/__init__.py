@@ -28,14 +28,12 @@ Glossary (``docs/glossary.md`` has the table, with transformers' names):
 from typing import TYPE_CHECKING
 
 from flax_posenc._exact_angles import AnglePrecision as AnglePrecision
+from flax_posenc.alibi import AlibiBias as AlibiBias
 from flax_posenc.alibi import alibi_bias as alibi_bias
 from flax_posenc.alibi import alibi_slopes as alibi_slopes
 from flax_posenc.attention import attention_fn_override as attention_fn_override
 from flax_posenc.attention import blockwise_attention_fn as blockwise_attention_fn
 from flax_posenc.attention import positional_attention_fn as positional_attention_fn
-from flax_posenc.blockwise import AlibiBias as AlibiBias
-from flax_posenc.blockwise import PositionBias as PositionBias
-from flax_posenc.blockwise import RelativeBias as RelativeBias
 from flax_posenc.blockwise import blockwise_attention as blockwise_attention
 from flax_posenc.cache_shift import rope_shift as rope_shift
 from flax_posenc.context_extension import ExtensionMethod as ExtensionMethod
@@ -70,6 +68,8 @@ from flax_posenc.kerple import kerple_bias as kerple_bias
 from flax_posenc.kerple import kerple_parameters as kerple_parameters
 from flax_posenc.learned import OutOfRange as OutOfRange
 from flax_posenc.learned import learned_embedding_lookup as learned_embedding_lookup
+from flax_posenc.position_bias import PositionBias as PositionBias
+from flax_posenc.position_bias import PositionBiasCases as PositionBiasCases
 from flax_posenc.positions import grid_positions as grid_positions
 from flax_posenc.positions import pose_positions as pose_positions
 from flax_posenc.positions import positions_from_offsets as positions_from_offsets
@@ -84,6 +84,7 @@ from flax_posenc.positions import relative_positions as relative_positions
 from flax_posenc.query_scaling import QueryScaling as QueryScaling
 from flax_posenc.query_scaling import apply_query_scaling as apply_query_scaling
 from flax_posenc.query_scaling import query_scale as query_scale
+from flax_posenc.relative import RelativeBias as RelativeBias
 from flax_posenc.relative import relative_position_bias as relative_position_bias
 from flax_posenc.relative import relative_position_bucket as relative_position_bucket
 from flax_posenc.rope import RopeConfig as RopeConfig
@@ -178,6 +179,7 @@ __all__ = [
     "NTKScaling",
     "OutOfRange",
     "PositionBias",
+    "PositionBiasCases",
     "ProportionalScaling",
     "QueryScaling",
     "RelativeBias",

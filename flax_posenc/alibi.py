@@ -17,6 +17,7 @@ differ from it by a per-row constant, which softmax ignores.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -27,6 +28,7 @@ from flax_posenc._offsets import offsets
 from flax_posenc._validation import check_position_pairs, check_positive_int
 
 __all__ = [
+    "AlibiBias",
     "alibi_bias",
     "alibi_slopes",
 ]
@@ -112,3 +114,35 @@ def _alibi(q_positions: jax.Array, k_positions: jax.Array, num_heads: int) -> ja
     slopes = jnp.asarray(_slopes(num_heads))
     slopes = slopes.reshape((1,) * (distance.ndim - 3) + (-1, 1, 1))
     return -slopes * distance
+
+
+@jax.tree_util.register_static
+@dataclasses.dataclass(frozen=True)
+class AlibiBias:
+    """ALiBi with ``num_heads`` heads, as a :class:`flax_posenc.PositionBias`.
+
+    ``AlibiBias(N)(q_positions, k_positions) == alibi_bias(q_positions, k_positions,
+    N)``: ``-slope_h * |q_pos - k_pos|``, on the positions of one tile of blockwise
+    or ring attention. Frozen, hashable and static under ``jit``.
+
+    Attributes:
+      num_heads: ``N``, q's number of heads (the slopes depend on it).
+
+    Raises:
+      TypeError: non-int ``num_heads``.
+      ValueError: ``num_heads <= 0``.
+
+    Examples:
+      >>> fp.AlibiBias(2)(jnp.array([2]), jnp.arange(4))[:, 0].tolist()
+      [[-0.125, -0.0625, -0.0, -0.0625], [-0.0078125, -0.00390625, -0.0, -0.00390625]]
+    """
+
+    num_heads: int
+
+    def __post_init__(self):
+        num_heads = check_positive_int("num_heads", self.num_heads)
+        object.__setattr__(self, "num_heads", num_heads)
+
+    def __call__(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
+        """float32 ``[..., N, L, S]``, see :func:`alibi_bias`."""
+        return _alibi(*check_position_pairs(q_positions, k_positions), self.num_heads)

@@ -39,7 +39,7 @@ from flax_posenc._validation import (
     check_integer_array,
     check_rope_config,
 )
-from flax_posenc.blockwise import PositionBias
+from flax_posenc.position_bias import PositionBias
 from flax_posenc.rope import RopeConfig, apply_rope_qk
 from flax_posenc.rope_scaling import SeqLen
 
@@ -176,7 +176,7 @@ def blockwise_attention_fn(
       q_positions: integer ``[B, L]`` or ``[L]`` positions of the queries.
       k_positions: integer ``[B, S]`` or ``[S]``; None means ``q_positions``. With
         Flax's ``decode=True`` cache, every slot's position.
-      bias: a :data:`flax_posenc.PositionBias` (:class:`flax_posenc.AlibiBias`,
+      bias: a :class:`flax_posenc.PositionBias` (:class:`flax_posenc.AlibiBias`,
         :class:`flax_posenc.RelativeBias`, ...), or None for none. A materialised
         array goes to :func:`flax_posenc.positional_attention_fn` instead.
       rope: RoPE configuration applied to q and k first, or None.

@@ -17,10 +17,11 @@ exist. Both loop bodies are rematerialised (``jax.checkpoint``), so the backward
 recomputes tiles instead of storing them: it keeps one ``[block_q, N, H]``
 accumulator per key block of the query block it is differentiating.
 
-A bias is any function ``bias(q_positions [..., l], k_positions [..., s]) ->
-[..., N, l, s]``; :class:`AlibiBias` and :class:`RelativeBias` give ALiBi and T5's
-learned buckets with exactly the conventions of :func:`flax_posenc.alibi_bias` and
-:func:`flax_posenc.relative_position_bias` (they call them on each tile). RoPE
+A bias is a :class:`flax_posenc.PositionBias`, a function ``bias(q_positions [...,
+l], k_positions [..., s]) -> [..., N, l, s]``; :class:`flax_posenc.AlibiBias` and
+:class:`flax_posenc.RelativeBias` give ALiBi and T5's learned buckets with exactly the
+conventions of :func:`flax_posenc.alibi_bias` and
+:func:`flax_posenc.relative_position_bias`. RoPE
 composes: rotate q and k first (:func:`flax_posenc.apply_rope_qk`), or let
 :func:`flax_posenc.blockwise_attention_fn` do both inside Flax's attention modules.
 
@@ -30,141 +31,21 @@ Reference: Dao et al., "FlashAttention", NeurIPS 2022; Rabe and Staats,
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable
 from typing import Any
 
 import jax
 
 from flax_posenc import _blockwise
-from flax_posenc._validation import (
-    check_bucket_sizes,
-    check_float_array,
-    check_positive_int,
-)
-from flax_posenc.alibi import alibi_bias
-from flax_posenc.relative import relative_position_bias
+from flax_posenc.alibi import AlibiBias
+from flax_posenc.position_bias import PositionBias
+from flax_posenc.relative import RelativeBias
 
 __all__ = [
     "AlibiBias",
     "PositionBias",
     "RelativeBias",
     "blockwise_attention",
-]
-
-PositionBias = Callable[[jax.Array, jax.Array], jax.Array]
-"""A bias as a function of positions: ``(q_positions [..., l], k_positions [..., s])
--> float [..., N, l, s]``, called on each tile by :func:`blockwise_attention`.
-
-A bias whose cheapest exact form depends on the tile may also define
-``tile_cases(q_positions, k_positions) -> (index, cases)``: a tuple of such
-functions for that tile and the int32 index of one that is exact there
-(:class:`flax_posenc.FireBias` evaluates only the hidden units that change sign over
-the tile). Blockwise and ring attention then run each case as its own branch of the
-tile's step, so the chosen bias still fuses into the logits; dense attention calls
-the bias itself."""
-
-
-@jax.tree_util.register_static
-@dataclasses.dataclass(frozen=True)
-class AlibiBias:
-    """ALiBi with ``num_heads`` heads, as a :data:`PositionBias`.
-
-    ``AlibiBias(N)(q_positions, k_positions) == alibi_bias(q_positions, k_positions,
-    N)``: ``-slope_h * |q_pos - k_pos|``. Frozen, hashable and static under ``jit``.
-
-    Attributes:
-      num_heads: ``N``, q's number of heads (the slopes depend on it).
-
-    Raises:
-      TypeError: non-int ``num_heads``.
-      ValueError: ``num_heads <= 0``.
-
-    Examples:
-      >>> fp.AlibiBias(2)(jnp.array([2]), jnp.arange(4))[:, 0].tolist()
-      [[-0.125, -0.0625, -0.0, -0.0625], [-0.0078125, -0.00390625, -0.0, -0.00390625]]
-    """
-
-    num_heads: int
-
-    def __post_init__(self):
-        num_heads = check_positive_int("num_heads", self.num_heads)
-        object.__setattr__(self, "num_heads", num_heads)
-
-    def __call__(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
-        """float32 ``[..., N, L, S]``, see :func:`flax_posenc.alibi_bias`."""
-        return alibi_bias(q_positions, k_positions, self.num_heads)
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class RelativeBias:
-    """T5's learned relative position bias, as a :data:`PositionBias`.
-
-    ``RelativeBias(table, ...)(q_positions, k_positions) ==
-    relative_position_bias(table, q_positions, k_positions, ...)``:
-    ``table[bucket(k_pos - q_pos), h]``. A pytree whose one leaf is ``table`` (so it
-    passes through ``jit`` and ``grad``; the bucket sizes are static).
-
-    Attributes:
-      table: floating ``[num_buckets, N]`` (e.g. ``relative_attention_bias`` of
-        :class:`flax_posenc.nnx.RelativePositionBias`).
-      bidirectional: encoder (True) or causal decoder (False) buckets.
-      max_distance: distances from here on share the last bucket.
-
-    Raises:
-      TypeError: a non-floating ``table``, non-int ``max_distance``, non-bool
-        ``bidirectional``.
-      ValueError: ``table`` not of rank 2, or bucket sizes that
-        :func:`flax_posenc.relative_position_bucket` rejects.
-
-    Examples:
-      >>> table = jnp.arange(64.0).reshape(32, 2)  # [num_buckets, N]
-      >>> fp.RelativeBias(table)(jnp.arange(2), jnp.arange(2))[0].tolist()
-      [[0.0, 34.0], [2.0, 0.0]]
-    """
-
-    table: jax.Array
-    bidirectional: bool = True
-    max_distance: int = 128
-
-    def __post_init__(self):
-        shape = tuple(getattr(self.table, "shape", ()))
-        if len(shape) != 2:
-            raise ValueError(f"`table` must be [num_buckets, N], got shape {shape}.")
-        check_float_array("table", self.table)
-        check_bucket_sizes(shape[0], self.max_distance, self.bidirectional)
-
-    @property
-    def num_heads(self) -> int:
-        """``N``, the table's second axis."""
-        return self.table.shape[1]
-
-    def __call__(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
-        """``[..., N, L, S]`` in ``table.dtype``, see
-        :func:`flax_posenc.relative_position_bias`."""
-        return relative_position_bias(
-            self.table,
-            q_positions,
-            k_positions,
-            bidirectional=self.bidirectional,
-            max_distance=self.max_distance,
-        )
-
-
-def _flatten_relative(bias: RelativeBias) -> tuple[tuple[Any], tuple[bool, int]]:
-    return (bias.table,), (bias.bidirectional, bias.max_distance)
-
-
-def _unflatten_relative(meta: tuple[bool, int], leaves: Any) -> RelativeBias:
-    # Bypasses __post_init__: JAX rebuilds pytrees with gradients, placeholders, ...
-    bias = object.__new__(RelativeBias)
-    for name, value in zip(("bidirectional", "max_distance"), meta, strict=True):
-        object.__setattr__(bias, name, value)
-    object.__setattr__(bias, "table", leaves[0])
-    return bias
-
-
-jax.tree_util.register_pytree_node(RelativeBias, _flatten_relative, _unflatten_relative)
+]  # AlibiBias, RelativeBias and PositionBias live beside their functions
 
 
 def blockwise_attention(
@@ -205,7 +86,7 @@ def blockwise_attention(
         with ``bias`` or ``causal``. A decode step passes the cache index.
       k_positions: integer ``[..., S]``; None means ``q_positions`` (then ``S ==
         L``). For a KV cache, every slot's position.
-      bias: a :data:`PositionBias`: :class:`AlibiBias`, :class:`RelativeBias` or any
+      bias: a :class:`PositionBias`: :class:`AlibiBias`, :class:`RelativeBias` or any
         function of ``(q_positions [..., l], k_positions [..., s])`` returning
         ``[..., N, l, s]``; None for no bias.
       causal: mask keys at later positions, ``k_pos > q_pos`` (from the positions,

@@ -58,7 +58,7 @@ from flax_posenc._validation import (
     check_positive_int,
     check_rope_config,
 )
-from flax_posenc.blockwise import PositionBias
+from flax_posenc.position_bias import PositionBias
 from flax_posenc.rope import RopeConfig, apply_rope_qk
 from flax_posenc.rope_scaling import SeqLen
 
@@ -115,7 +115,7 @@ def ring_attention(
       q_positions: integer ``[..., L]``, global positions; required with ``bias``,
         ``rope`` or ``causal``.
       k_positions: integer ``[..., S]``; None means ``q_positions``.
-      bias: a :data:`flax_posenc.PositionBias` (:class:`flax_posenc.AlibiBias`,
+      bias: a :class:`flax_posenc.PositionBias` (:class:`flax_posenc.AlibiBias`,
         :class:`flax_posenc.RelativeBias`, ...). Its array leaves (a T5 table) get
         gradients; a plain function's closed-over arrays do not.
       rope: a :class:`flax_posenc.RopeConfig` applied to q and k first, or None.
@@ -354,7 +354,7 @@ def sharded_ring_attention(
       batch_axis: a mesh axis that splits the batch too (data parallel), or None.
       q_positions: integer ``[L]`` or ``[B, L]`` (``[1, L]``), global positions.
       k_positions: integer ``[S]`` or ``[B, S]``; None means ``q_positions``.
-      bias: a :data:`flax_posenc.PositionBias`, or None.
+      bias: a :class:`flax_posenc.PositionBias`, or None.
       rope: a :class:`flax_posenc.RopeConfig` applied to q and k first, or None.
       seq_len: for dynamic NTK and LongRoPE; None: the global length.
       causal: mask keys at later positions.
@@ -650,7 +650,7 @@ def ring_attention_fn(
       q_positions: integer ``[L]`` or ``[B, L]``, global positions.
       k_positions: integer ``[S]`` or ``[B, S]``; None means ``q_positions``.
       batch_axis: a mesh axis that splits the batch too, or None.
-      bias: a :data:`flax_posenc.PositionBias`, or None.
+      bias: a :class:`flax_posenc.PositionBias`, or None.
       rope: a :class:`flax_posenc.RopeConfig` applied to q and k first, or None.
       seq_len: for dynamic NTK and LongRoPE; None: the global length.
       causal: mask keys at later positions; Flax's ``is_causal=True`` means the same.
@@ -771,7 +771,7 @@ def sharded_kv_cache_attention(
         ``bias`` or ``causal``.
       k_positions: integer ``[..., S_local]``, these slots' positions; None means
         ``q_positions`` (then ``S_local == L``).
-      bias: a :data:`flax_posenc.PositionBias`, or None.
+      bias: a :class:`flax_posenc.PositionBias`, or None.
       causal: mask keys at later positions.
       mask: bool or 0/1 numeric, broadcastable to ``[..., N, L, S_local]``, this
         slice's mask (e.g. slots not written yet).

@@ -14,7 +14,7 @@ the ``P`` integer positions once and interpolates those logits; the result is th
 same. Causal: keys after the query (by position) get ``g = 0``.
 
 The bias depends on ``q`` and ``k`` (the content), not on positions alone, so it is
-not a :data:`flax_posenc.PositionBias` and there is no blockwise form here: ``p_ij``
+not a :class:`flax_posenc.PositionBias` and there is no blockwise form here: ``p_ij``
 is a suffix sum over *all* keys of a row, which a tile cannot see; a two-pass form
 needs the key loop of :func:`flax_posenc.blockwise_attention` to hand its tiles q
 and k, which it does not. Use dense attention: ``logits = scale * (q . k + bias)``

@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 
 from flax_posenc._offsets import offsets
+from flax_posenc._pytree import register_fields
 from flax_posenc._validation import (
     check_float_array,
     check_position_pairs,
@@ -325,7 +326,7 @@ def _as_float32(params: FireParams) -> FireParams:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class FireBias:
-    """FIRE as a :data:`flax_posenc.PositionBias`, for blockwise attention.
+    """FIRE as a :class:`flax_posenc.PositionBias`, for blockwise attention.
 
     ``FireBias(params, init_threshold=..., eps=...)(q_positions, k_positions) ==
     fire_bias(q_positions, k_positions, params, ...)``. A pytree whose leaves are
@@ -396,17 +397,4 @@ class FireBias:
         return index, (*windowed, full)
 
 
-def _flatten(bias: FireBias) -> tuple[tuple[FireParams], tuple[float, float]]:
-    return (bias.params,), (bias.init_threshold, bias.eps)
-
-
-def _unflatten(meta: tuple[float, float], leaves: Any) -> FireBias:
-    # Bypasses __post_init__: JAX rebuilds pytrees with placeholders.
-    bias = object.__new__(FireBias)
-    object.__setattr__(bias, "params", leaves[0])
-    object.__setattr__(bias, "init_threshold", meta[0])
-    object.__setattr__(bias, "eps", meta[1])
-    return bias
-
-
-jax.tree_util.register_pytree_node(FireBias, _flatten, _unflatten)
+register_fields(FireBias, ("params",), ("init_threshold", "eps"))

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flax_posenc._offsets import offsets
+from flax_posenc._pytree import register_fields
 from flax_posenc._validation import (
     check_choice,
     check_float_array,
@@ -193,7 +194,7 @@ def _kerple(
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class KerpleBias:
-    """Kerple as a :data:`flax_posenc.PositionBias`, for blockwise attention.
+    """Kerple as a :class:`flax_posenc.PositionBias`, for blockwise attention.
 
     ``KerpleBias(r1, r2, kernel)(q_positions, k_positions) == kerple_bias(
     q_positions, k_positions, r1, r2, kernel=kernel)``. A pytree whose leaves are the
@@ -241,17 +242,4 @@ class KerpleBias:
         )
 
 
-def _flatten(bias: KerpleBias) -> tuple[tuple[Any, Any], str]:
-    return (bias.r1_unconstrained, bias.r2_unconstrained), bias.kernel
-
-
-def _unflatten(kernel: str, leaves: Any) -> KerpleBias:
-    # Bypasses __post_init__: JAX rebuilds pytrees with placeholders.
-    bias = object.__new__(KerpleBias)
-    object.__setattr__(bias, "r1_unconstrained", leaves[0])
-    object.__setattr__(bias, "r2_unconstrained", leaves[1])
-    object.__setattr__(bias, "kernel", kernel)
-    return bias
-
-
-jax.tree_util.register_pytree_node(KerpleBias, _flatten, _unflatten)
+register_fields(KerpleBias, ("r1_unconstrained", "r2_unconstrained"), ("kernel",))

@@ -19,11 +19,12 @@ from flax.typing import Dtype
 from flax_posenc._embed import add_learned, add_sinusoidal, check_features
 from flax_posenc._exact_angles import AnglePrecision
 from flax_posenc._validation import check_bucket_sizes, check_positive_int
-from flax_posenc.blockwise import AlibiBias, RelativeBias
+from flax_posenc.alibi import AlibiBias
 from flax_posenc.cope import cope_bias
 from flax_posenc.fire import FireBias, FireParams
 from flax_posenc.kerple import KerpleBias, KerpleKernel
 from flax_posenc.learned import OutOfRange
+from flax_posenc.relative import RelativeBias
 from flax_posenc.rope import RopeConfig, apply_rope_qk
 from flax_posenc.rope_scaling import SeqLen
 from flax_posenc.sinusoidal import SinusoidalLayout, SinusoidalSpacing
@@ -195,7 +196,7 @@ class ALiBi(nn.Module):
     dtype: Dtype | None = None
 
     def position_bias(self) -> AlibiBias:
-        """This module as a :data:`flax_posenc.PositionBias`: ``AlibiBias(num_heads)``."""
+        """This module as a :class:`flax_posenc.PositionBias`: ``AlibiBias(num_heads)``."""
         return AlibiBias(self.num_heads)
 
     def __call__(
@@ -256,7 +257,7 @@ class RelativePositionBias(nn.Module):
         )
 
     def position_bias(self) -> RelativeBias:
-        """This module as a :data:`flax_posenc.PositionBias`: a
+        """This module as a :class:`flax_posenc.PositionBias`: a
         :class:`flax_posenc.RelativeBias` of its table and bucket settings."""
         return RelativeBias(
             self.relative_attention_bias,
@@ -323,7 +324,7 @@ class Kerple(nn.Module):
         )
 
     def position_bias(self) -> KerpleBias:
-        """This module as a :data:`flax_posenc.PositionBias`: a
+        """This module as a :class:`flax_posenc.PositionBias`: a
         :class:`flax_posenc.KerpleBias` of its parameters and ``kernel``."""
         return KerpleBias(
             self.r1_unconstrained, self.r2_unconstrained, kernel=self.kernel
@@ -395,7 +396,7 @@ class FIRE(nn.Module):
         )
 
     def position_bias(self) -> FireBias:
-        """This module as a :data:`flax_posenc.PositionBias`: a
+        """This module as a :class:`flax_posenc.PositionBias`: a
         :class:`flax_posenc.FireBias` of its parameters, ``init_threshold`` and
         ``eps``."""
         return FireBias(

@@ -26,11 +26,12 @@ from flax_posenc._validation import (
     check_positive_float,
     check_positive_int,
 )
-from flax_posenc.blockwise import AlibiBias, RelativeBias
+from flax_posenc.alibi import AlibiBias
 from flax_posenc.cope import cope_bias
 from flax_posenc.fire import FireBias, FireParams
 from flax_posenc.kerple import KerpleBias, KerpleKernel
 from flax_posenc.learned import OutOfRange
+from flax_posenc.relative import RelativeBias
 from flax_posenc.rope import RopeConfig, apply_rope_qk
 from flax_posenc.rope_scaling import SeqLen
 from flax_posenc.sinusoidal import SinusoidalLayout, SinusoidalSpacing

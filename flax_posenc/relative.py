@@ -24,6 +24,7 @@ per direction with ``max_distance = 32``); the common T5 sizes are unaffected.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -34,14 +35,17 @@ import numpy as np
 from flax_posenc import _cpu
 from flax_posenc._gather import take_rows
 from flax_posenc._offsets import offsets
+from flax_posenc._pytree import register_fields
 from flax_posenc._validation import (
     check_bucket_sizes,
+    check_float_array,
     check_integer_array,
     check_position_pairs,
     check_positive_int,
 )
 
 __all__ = [
+    "RelativeBias",
     "relative_position_bias",
     "relative_position_bucket",
 ]
@@ -235,3 +239,63 @@ def _bias(
     )
     bias = take_rows(table, indices)  # 0 <= indices < num_buckets
     return jnp.moveaxis(bias, -1, -3)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RelativeBias:
+    """T5's learned relative position bias, as a :class:`flax_posenc.PositionBias`.
+
+    ``RelativeBias(table, ...)(q_positions, k_positions) ==
+    relative_position_bias(table, q_positions, k_positions, ...)``:
+    ``table[bucket(k_pos - q_pos), h]``, on the positions of one tile of blockwise or
+    ring attention. A pytree whose one leaf is ``table`` (so it passes through
+    ``jit`` and ``grad``; the bucket sizes are static).
+
+    Attributes:
+      table: floating ``[num_buckets, N]`` (e.g. ``relative_attention_bias`` of
+        :class:`flax_posenc.nnx.RelativePositionBias`, whose ``position_bias()``
+        builds this with its own settings).
+      bidirectional: encoder (True) or causal decoder (False) buckets.
+      max_distance: distances from here on share the last bucket.
+
+    Raises:
+      TypeError: a non-floating ``table``, non-int ``max_distance``, non-bool
+        ``bidirectional``.
+      ValueError: ``table`` not of rank 2, or bucket sizes that
+        :func:`relative_position_bucket` rejects.
+
+    Examples:
+      >>> table = jnp.arange(64.0).reshape(32, 2)  # [num_buckets, N]
+      >>> fp.RelativeBias(table)(jnp.arange(2), jnp.arange(2))[0].tolist()
+      [[0.0, 34.0], [2.0, 0.0]]
+    """
+
+    table: jax.Array
+    bidirectional: bool = True
+    max_distance: int = 128
+
+    def __post_init__(self):
+        shape = tuple(getattr(self.table, "shape", ()))
+        if len(shape) != 2:
+            raise ValueError(f"`table` must be [num_buckets, N], got shape {shape}.")
+        check_float_array("table", self.table)
+        check_bucket_sizes(shape[0], self.max_distance, self.bidirectional)
+
+    @property
+    def num_heads(self) -> int:
+        """``N``, the table's second axis."""
+        return self.table.shape[1]
+
+    def __call__(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
+        """``[..., N, L, S]`` in ``table.dtype``, see :func:`relative_position_bias`."""
+        buckets = self.table.shape[0] // (2 if self.bidirectional else 1)
+        return _bias(
+            self.table,
+            *check_position_pairs(q_positions, k_positions),
+            buckets,
+            self.max_distance,
+            self.bidirectional,
+        )
+
+
+register_fields(RelativeBias, ("table",), ("bidirectional", "max_distance"))

@@ -39,7 +39,7 @@ EncodingFn = Callable[[jax.Array], jax.Array]
 RotateFn = Callable[[jax.Array, jax.Array], jax.Array]
 BiasFn = Callable[[jax.Array, jax.Array], jax.Array]
 """An attention bias of positions, ``(q_positions [..., L], k_positions [..., S]) ->
-[..., N, L, S]``: a :data:`flax_posenc.PositionBias` or any such function."""
+[..., N, L, S]``: a :class:`flax_posenc.PositionBias` or any such function."""
 
 DEFAULT_OFFSETS = (1, 2, 7, 100)
 """The offsets :func:`assert_relative_offset_linearity` tests when given none."""
