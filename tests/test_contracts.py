@@ -663,7 +663,7 @@ def test_every_deprecation_uses_the_helper():
 
 
 def test_changelog_lists_every_deprecation_with_its_removal():
-    changelog = (pathlib.Path(fp.__file__).parents[1] / "CHANGELOG.md").read_text()
+    changelog = (pathlib.Path(__file__).parents[1] / "CHANGELOG.md").read_text()
     section = changelog.split("### Deprecated", 1)[1].split("\n## ", 1)[0]
     assert "0.3.0" in section
     for old in DEPRECATED:

@@ -1,7 +1,8 @@
 """The reader's rules where a config.json says less, or other, than it seems to.
 
 JSON null is a value; a key near a RoPE key is a typo; a value transformers only
-warns about is computed with, and warned about. Each rule here was read from
+warns about is computed with, and warned about; each rule name has one owner, its
+registry entry in ``hf/_rules.py``. Each rule here was read from
 transformers 5.25's code (config classes, ``modeling_rope_utils``, the models'
 attention) and, where transformers computes, pinned by ``hf_edge_cases.json``, which
 transformers itself wrote (``tools/make_hf_edge_cases.py``).
@@ -9,6 +10,7 @@ transformers itself wrote (``tools/make_hf_edge_cases.py``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import warnings
@@ -18,7 +20,8 @@ import numpy as np
 import pytest
 
 import flax_posenc as fp
-from flax_posenc.hf import _typos
+from flax_posenc.hf import _config, _models, _rules, _typos
+from flax_posenc.hf._record import normalise
 
 LLAMA = {
     "model_type": "llama",
@@ -283,12 +286,11 @@ def _readable(config: dict) -> bool:
     return True
 
 
+MODEL_CASES = json.loads((FIXTURES / "hf_models.json").read_text())["cases"]
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     READABLE = {  # types whose published (v4) config.json the reader reads as it is
-        case["model_type"]
-        for case in json.loads((FIXTURES / "hf_models.json").read_text())["cases"]
-        if _readable(case["config"])
+        case["model_type"] for case in MODEL_CASES if _readable(case["config"])
     }
 PARTIAL_QUESTIONS = [
     pytest.param(model_type, question, answer, id=f"{model_type}-{question}")
@@ -497,3 +499,119 @@ def test_llama4_temperature_past_floor_scale_matches_transformers():
     )
     want = np.asarray(case["q_out"], np.float32)
     np.testing.assert_allclose(np.asarray(got), want, rtol=2e-7, atol=0)
+
+
+# Each rule name has one owner, its registry entry (``hf/_rules.py``): the Model field
+# whose values key each registry.
+RULE_REGISTRIES = {
+    "config_rule": _rules.CONFIG_RULES,
+    "head_dim": _rules.HEAD_DIM_RULES,
+    "nope": _rules.NOPE_RULES,
+    "query_scaling": _rules.QUERY_SCALING_RULES,
+    "mrope": _rules.MROPE_RULES,
+}
+TABLE = sorted(set(_models.MODELS) | set(_models.COMMON_TYPES))
+
+
+def _model(model_type: str) -> _models.Model:
+    return _models.MODELS.get(model_type, _models.COMMON)
+
+
+def test_every_rule_a_model_names_is_registered_and_every_rule_is_named():
+    """A Model entry naming a rule its registry lacks fails only when that model is
+    read; a rule no Model entry names is code no config reaches."""
+    for field, registry in RULE_REGISTRIES.items():
+        named = {getattr(_model(t), field) for t in TABLE}
+        assert named <= set(registry), (field, sorted(map(str, named - set(registry))))
+        assert set(registry) <= named, (field, sorted(map(str, set(registry) - named)))
+
+
+MUSE = {**COHERE2, "model_type": "muse_glimmer_text", "num_hidden_layers": 2}
+# Configs where a rule's behaviour shows beyond what the fixtures hold: Muse's
+# layer_rope_switch refuses a base other than rope_theta, and a missing list.
+RULE_CASES = [
+    {**MUSE, "layer_types": ["sliding_attention"] * 2, "layer_rope_theta": [5e4, 0]},
+    {**MUSE, "layer_types": ["sliding_attention"] * 2},
+]
+
+
+def _by_model_type(configs: list[dict]) -> dict[str, list[dict]]:
+    """``configs`` by the model type each is read as (a multimodal one's text)."""
+    by_type: dict[str, list[dict]] = {}
+    for config in configs:
+        model_type = str(_config.text_config(config).get("model_type"))
+        by_type.setdefault(model_type, []).append(config)
+    return by_type
+
+
+# Every config at hand: the fixtures' published (v4) and to_dict() (v5) forms,
+# transformers' edge cases, this file's refusals and the rule cases.
+CONFIGS_BY_TYPE = _by_model_type(
+    [
+        *(case[form] for case in MODEL_CASES for form in ("config", "config_dict")),
+        *(case["config"] for case in EDGE["cases"]),
+        *(config for config, _ in REFUSED + TYPE_REFUSED),
+        *RULE_CASES,
+    ]
+)
+
+
+def _outcome(config: dict) -> tuple:
+    """Phase 1's reading of ``config``: its record or its error, and its warnings."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            result = normalise(config)
+        except Exception as error:  # an error is an outcome here
+            result = (type(error), str(error))
+    return result, [str(w.message) for w in caught]
+
+
+@pytest.mark.parametrize(
+    "field, name",
+    [(field, name) for field, registry in RULE_REGISTRIES.items() for name in registry],
+    ids=str,
+)
+def test_a_rule_under_another_name_reads_every_config_alike(monkeypatch, field, name):
+    """Each rule name has one owner, its registry entry: the same entry under a new
+    name reads every config of the model types that name it alike (record, error,
+    warnings). Catches a rule name compared outside its registry (``if
+    cfg.model.nope == "all"``, ``if cfg.model.mrope is None``, a layout taken from
+    the name), whose effect the renamed rule loses."""
+    registry = RULE_REGISTRIES[field]
+    types = [t for t in TABLE if getattr(_model(t), field) == name]
+    configs = [config for t in types for config in CONFIGS_BY_TYPE.get(t, [])]
+    assert configs, f"no config of a model type whose {field} is {name!r}"
+    before = [_outcome(config) for config in configs]
+    renamed = f"{name} (renamed)"
+    monkeypatch.setitem(registry, renamed, registry[name])
+    for t in types:
+        monkeypatch.setitem(
+            _models.MODELS, t, dataclasses.replace(_model(t), **{field: renamed})
+        )
+    after = [_outcome(config) for config in configs]
+    for config, old, new in zip(configs, before, after, strict=True):
+        assert new == old, config
+
+
+def test_a_config_rule_returns_a_new_config_and_leaves_the_given_one():
+    """Step 3.5's rule rewrites the raw keys as its class does (MTP entries dropped,
+    one block per layer type) into a new Config; the one it was given keeps the
+    user's keys. A rule that rewrote its wrapper in place would change, by call
+    order, what every later reader of that wrapper sees."""
+    layer_types = [*STEP35_LAYERS, "sliding_attention"]
+    raw = {
+        **STEP35,
+        "num_nextn_predict_layers": 1,
+        "rope_theta": [5e6, 1e4, 1e4, 5e6, 1e4],
+        "layer_types": layer_types,
+    }
+    given = _config.Config(raw)
+    rewritten = _rules.CONFIG_RULES["per_layer_rope_lists"](given, 4)
+    assert given.config is raw and raw["layer_types"] is layer_types
+    assert rewritten.config["layer_types"] == STEP35_LAYERS
+    assert "rope_theta" not in rewritten.config
+    assert rewritten.config["rope_parameters"] == {
+        "full_attention": {"rope_type": "default", "rope_theta": 5e6},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+    }

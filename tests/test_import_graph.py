@@ -8,6 +8,7 @@ Hugging Face reader, 3 modules and attention glue, 4 the assertions.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import inspect
 import pathlib
 import subprocess
@@ -15,14 +16,15 @@ import sys
 
 import pytest
 
-PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "flax_posenc"
+# The package the tests import (the source tree, or the installed wheel in .ci/run),
+# found without importing it.
+PACKAGE = pathlib.Path(importlib.util.find_spec("flax_posenc").origin).parent
 LAYERS = {
     "flax_posenc.hf": 2,
     "flax_posenc.linen": 3,
     "flax_posenc.nnx": 3,
     "flax_posenc.attention": 3,
     "flax_posenc.blockwise": 3,
-    "flax_posenc._blockwise": 3,
     "flax_posenc.context_parallel": 3,
     "flax_posenc._ring": 3,
     "flax_posenc._embed": 3,

@@ -8,6 +8,7 @@ ignore it silently.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any
 
@@ -120,6 +121,14 @@ class Config:
                     f"is close to {like!r}, which sets RoPE: transformers would "
                     f"ignore it silently. Rename it to {like!r}, or remove it."
                 )
+
+    def rewritten(self, config: Mapping[str, Any]) -> Config:
+        """A new wrapper of ``config``, the config class's own rewrite of this one's
+        keys (checked as the user gave them), with this one's model type, defaults and
+        aliases; this one is left as it is."""
+        new = copy.copy(self)
+        new.config = config
+        return new
 
     def null_rule(self, key: str) -> str | None:
         """What the class makes of ``key`` (under any spelling) set to null, where

@@ -30,13 +30,14 @@ NopeRule = Literal[
 ]
 """Which layers of a model skip RoPE (rules in ``hf/_rules.py``)."""
 QueryScalingRule = Literal["llama4", "llama_4_scaling_beta"]
-"""Where a model's position-dependent query factor comes from."""
+"""Where a model's position-dependent query factor comes from (rules in
+``hf/_rules.py``)."""
 ConfigRule = Literal["per_layer_rope_lists"]
 """How a model's config class rewrites raw RoPE keys before anything reads them (rules
 in ``hf/_rules.py``)."""
 MropeRule = Literal["contiguous", "interleaved", "hw_alternating", "xd", "alternating"]
 """A model's M-RoPE layout: one of :data:`flax_posenc.MropeLayout`, or NeoMME's
-``"alternating"`` rows."""
+``"alternating"`` rows (rules in ``hf/_rules.py``)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from flax_posenc._validation import check_bool, check_float, check_length
 from flax_posenc.dual_chunk import DualChunkAttentionConfig
 from flax_posenc.hf import _blocks, _families, _rules
-from flax_posenc.hf._config import Config, lengths, text_config
+from flax_posenc.hf._config import Config, text_config
 from flax_posenc.query_scaling import QueryScaling
 from flax_posenc.rope import RopeConfig
 from flax_posenc.rope_nd import MropeLayout
@@ -89,10 +89,9 @@ def normalise(config: Mapping[str, Any]) -> Record:
     """Phase 1: ``config`` (a ``config.json`` dict) as a :class:`Record`."""
     cfg = Config(text_config(config))
     _rules.check_heads_divide_hidden(cfg)
-    count = _layer_count(cfg)
-    if cfg.model.config_rule is not None:  # as the class rewrites its raw keys
-        _rules.CONFIG_RULES[cfg.model.config_rule](cfg, count)
-    if cfg.model.nope == "all":  # the model never calls its rotary function
+    count, cfg = _layer_count(cfg)
+    cfg = _rules.CONFIG_RULES[cfg.model.config_rule](cfg, count)  # as its class does
+    if not _rules.NOPE_RULES[cfg.model.nope].rotates:  # no rotary call, no RoPE keys
         return Record(cfg.model_type, None, {}, (LayerRecord("nope"),) * count)
     for flag in cfg.model.unsupported_flags:
         if check_bool(cfg.where(flag), cfg.get(flag, False)):
@@ -112,7 +111,7 @@ def normalise(config: Mapping[str, Any]) -> Record:
         key: None if block is None else _block(cfg, block, key, layer_types)
         for key, block in _blocks.blocks(cfg).items()
     }
-    temperature = _temperature(cfg)
+    temperature = _rules.QUERY_SCALING_RULES[cfg.model.query_scaling].temperature(cfg)
     dual_chunk = _dual_chunk(cfg)
     return Record(
         model_type=cfg.model_type,
@@ -122,8 +121,8 @@ def normalise(config: Mapping[str, Any]) -> Record:
         temperature=temperature,
         softmax_mscale=cfg.model.softmax_mscale,
         rope_features="last"
-        if cfg.model.head_dim == "qk_rope_head_dim" or cfg.model.rope_slice_last
-        else "first",
+        if cfg.model.rope_slice_last
+        else _rules.HEAD_DIM_RULES[cfg.model.head_dim].features,
         position_sign=-1 if cfg.model.position_sign == -1 else 1,
         dual_chunk_attention=dual_chunk,
     )
@@ -164,9 +163,10 @@ def _dual_chunk(cfg: Config) -> DualChunkAttentionConfig | None:
     )
 
 
-def _layer_count(cfg: Config) -> int:
-    """``num_hidden_layers`` under any name; Dory's (attention, mlp) pairs halved
-    back into one decoder layer each, as its class does on load."""
+def _layer_count(cfg: Config) -> tuple[int, Config]:
+    """``num_hidden_layers`` under any name, and the config as its class loads it:
+    Dory's (attention, mlp) pairs halved back into one decoder layer each (a new
+    :class:`Config`; the one given is left as it is)."""
     count = cfg.explicit("num_hidden_layers")
     for alias in ("num_layers", "n_layer"):  # classes that name it otherwise
         if count is None:
@@ -183,9 +183,8 @@ def _layer_count(cfg: Config) -> int:
                 f"{cfg.where('layer_types')} must alternate attention types and "
                 f"'mlp' (as {cfg.model_type!r}'s to_dict writes them), got {types}."
             )
-        cfg.config = {**cfg.config, "layer_types": types[::2]}
-        count //= 2
-    return count
+        return count // 2, cfg.rewritten({**cfg.config, "layer_types": types[::2]})
+    return count, cfg
 
 
 def _block(
@@ -215,14 +214,10 @@ def _block(
         layout=_rules.layout(cfg),
         scaling=_families.scaling(reading),
     )
-    mrope_section, mrope_layout = _mrope(cfg, block, where, rope.rotated_features)
-    beta = None
-    if cfg.model.query_scaling == "llama_4_scaling_beta" and block.get(
-        "llama_4_scaling_beta"
-    ):
-        beta = check_float(
-            f"{where}['llama_4_scaling_beta']", block["llama_4_scaling_beta"]
-        )
+    mrope_section, mrope_layout = _rules.MROPE_RULES[cfg.model.mrope](
+        cfg, block, where, rope.rotated_features
+    )
+    beta = _rules.QUERY_SCALING_RULES[cfg.model.query_scaling].beta(block, where)
     return BlockRecord(
         rope=rope,
         mrope_section=mrope_section,
@@ -243,11 +238,9 @@ def _rotary(cfg: Config, reading: _families.BlockReading, head_dim: int) -> int:
         )
     if reading.rope_type == "proportional":
         return head_dim  # unrotated pairs get inv_freq 0 (Gemma 4)
-    if cfg.model.head_dim == "qk_rope_head_dim":
-        _check_rope_slice(cfg, reading, head_dim)
-        return head_dim  # MLA rotates all of its rope slice (Mistral 4's partial
-        # factor applies to the full head: int(128 * 0.5) == qk_rope_head_dim)
-    return int(head_dim * reading.partial)
+    return _rules.HEAD_DIM_RULES[cfg.model.head_dim].rotated(
+        cfg, head_dim, reading.partial, reading.where
+    )
 
 
 def _check_indexer(
@@ -282,79 +275,6 @@ def _check_indexer(
         )
 
 
-def _check_rope_slice(
-    cfg: Config, reading: _families.BlockReading, rope_head_dim: int
-) -> None:
-    """MLA: a partial factor sizes the frequencies from the full head; transformers
-    fails unless ``int(head_dim * factor)`` is the rope slice ``qk_rope_head_dim``."""
-    full = cfg.get("head_dim")
-    if reading.partial == 1.0 or full is None:
-        return
-    rotated = int(check_length(cfg.where("head_dim"), full) * reading.partial)
-    if rotated != rope_head_dim:
-        raise ValueError(
-            f"{reading.where}['partial_rotary_factor'] is {reading.partial}: "
-            f"transformers' {cfg.model_type!r} computes int(head_dim {full} x "
-            f"{reading.partial}) = {rotated} rotated features for a rope slice "
-            f"(qk_rope_head_dim) of {rope_head_dim}, and fails. Give "
-            f"{rope_head_dim / full} or leave the factor out."
-        )
-
-
-def _mrope(
-    cfg: Config, block: Mapping[str, Any], where: str, rotated: int
-) -> tuple[tuple[int, ...] | None, MropeLayout]:
-    """The block's M-RoPE sections and layout, or ``(None, "contiguous")``."""
-    if cfg.model.mrope == "alternating":  # rows alternate pair by pair (NeoMME)
-        half = rotated // 2
-        return (half // 2, half - half // 2), "interleaved"
-    if cfg.model.mrope is None:
-        if block.get("mrope_section") is not None:
-            raise ValueError(
-                f"{where} has mrope_section, but transformers' {cfg.model_type!r} "
-                "attention applies 1-D RoPE; remove it."
-            )
-        return None, "contiguous"
-    layout: MropeLayout = cfg.model.mrope
-    sections = block.get("mrope_section", cfg.model.mrope_section)
-    if sections is None:
-        raise ValueError(
-            f"{where} needs mrope_section: transformers' {cfg.model_type!r} "
-            "rotary module has no default for it."
-        )
-    sections = lengths(f"{where}['mrope_section']", sections)
-    if layout == "contiguous" and sum(sections) != rotated // 2:
-        raise ValueError(
-            f"{where}['mrope_section'] is {list(sections)} (sum {sum(sections)}), but "
-            f"the {rotated} rotated features (head size x partial_rotary_factor) make "
-            f"{rotated // 2} pairs: transformers' {cfg.model_type!r} rotary module "
-            f"fails on it. Give sections that sum to {rotated // 2}."
-        )
-    given = block.get("mrope_interleaved")
-    if given is not None and check_bool(f"{where}['mrope_interleaved']", given) != (
-        layout == "interleaved"
-    ):
-        raise ValueError(
-            f"{where}['mrope_interleaved'] is {given}, but transformers' "
-            f"{cfg.model_type!r} rotary module ignores the key and always uses "
-            f"{layout} sections; remove it."
-        )
-    return sections, layout
-
-
-def _temperature(cfg: Config) -> QueryScaling | None:
-    """Llama 4's ``attn_temperature_tuning`` query factor, on its NoPE layers."""
-    if cfg.model.query_scaling != "llama4" or not check_bool(
-        cfg.where("attn_temperature_tuning"), cfg.get("attn_temperature_tuning", False)
-    ):
-        return None
-    return QueryScaling(
-        scale=check_float(cfg.where("attn_scale"), cfg.get("attn_scale")),
-        floor_scale=check_float(cfg.where("floor_scale"), cfg.get("floor_scale")),
-        offset=1,
-    )
-
-
 def _layers(
     cfg: Config,
     count: int,
@@ -362,18 +282,10 @@ def _layers(
     blocks: Mapping[str | None, BlockRecord | None],
 ) -> tuple[LayerRecord, ...]:
     """Each layer's RoPE use, block and own base."""
-    uses_rope = _rules.NOPE_RULES[cfg.model.nope](cfg, count, layer_types)
-    thetas = _rules.layer_thetas(cfg, count)
-    if cfg.model.nope == "layer_rope_switch":  # its rotary module uses rope_theta
-        flat = blocks[None]
-        theta = None if flat is None else flat.rope.theta
-        for i, value in enumerate(thetas):
-            if value not in (0, theta):
-                raise ValueError(
-                    f"{cfg.where('layer_rope_theta')}[{i}] is {value}: transformers' "
-                    f"{cfg.model_type!r} reads it only as RoPE on/off and rotates with "
-                    f"rope_theta = {theta}; give 0 or {theta}."
-                )
+    nope = _rules.NOPE_RULES[cfg.model.nope]
+    uses_rope = nope.uses_rope(cfg, count, layer_types)
+    block_thetas = {k: None if b is None else b.rope.theta for k, b in blocks.items()}
+    thetas = nope.thetas(cfg, count, block_thetas)
     layers = []
     for index in range(count):
         kind = _block_of(cfg, index, layer_types, blocks)

@@ -1,21 +1,34 @@
 """The rules by which a model type differs from the common reading, as registries
-keyed by the names in ``hf/_models.py``: how its config class rewrites raw RoPE keys,
-where its head size comes from, which of its layers skip RoPE, and which pairs it
-rotates.
+keyed by the names in ``hf/_models.py``: how its config class rewrites raw RoPE keys
+(:data:`CONFIG_RULES`), where its head size and rotated features come from
+(:data:`HEAD_DIM_RULES`), which of its layers skip RoPE (:data:`NOPE_RULES`), its
+position-dependent query factor (:data:`QUERY_SCALING_RULES`), its M-RoPE sections
+(:data:`MROPE_RULES`), and which pairs it rotates.
 
+Each rule name has one owner, its registry entry: the rest of the reader looks a
+model's rule up and calls what it finds, and never compares a rule name itself.
 Adding a model type with a known quirk is one ``Model`` entry naming a rule; a new
 quirk is one rule here plus its name in the ``Literal`` of ``_models.py``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from flax_posenc._validation import check_bool, check_float, check_length
-from flax_posenc.hf._config import Config, numbers
-from flax_posenc.hf._models import ConfigRule, HeadDimRule, NopeRule
+from flax_posenc.hf._config import Config, lengths, numbers
+from flax_posenc.hf._models import (
+    ConfigRule,
+    HeadDimRule,
+    MropeRule,
+    NopeRule,
+    QueryScalingRule,
+)
+from flax_posenc.query_scaling import QueryScaling
 from flax_posenc.rope import RopeLayout
+from flax_posenc.rope_nd import MropeLayout
 
 # --------------------------------------------------------------------------------------
 # Config rewrites.
@@ -81,7 +94,7 @@ def _nested_rope_parameters(cfg: Config, kinds: list[str]) -> dict | None:
     return None
 
 
-def _per_layer_rope_lists(cfg: Config, count: int) -> None:
+def _per_layer_rope_lists(cfg: Config, count: int) -> Config:
     """Step 3.5 / 3.7 (``Step3p7TextConfig.__post_init__``, transformers 5.25): lists
     padded with ``num_nextn_predict_layers`` MTP entries lose them; the blocks, one
     per layer type, take ``rope_theta`` (a list, or one value for all layers) and
@@ -91,16 +104,18 @@ def _per_layer_rope_lists(cfg: Config, count: int) -> None:
     mtp = _mtp_layers(cfg)
     types = cfg.config.get("layer_types")
     if mtp and isinstance(types, list) and len(types) == count + mtp:
-        cfg.config = {**cfg.config, "layer_types": types[:count]}
+        cfg = cfg.rewritten({**cfg.config, "layer_types": types[:count]})
     types = layer_types(cfg, count) or ("full_attention",) * count
     kinds = list(dict.fromkeys(types))
     blocks = _nested_rope_parameters(cfg, kinds)
     if blocks is None:
         blocks = _blocks_from_lists(cfg, types, kinds)
-    cfg.config = {
-        **{k: v for k, v in cfg.config.items() if k not in _PER_LAYER_KEYS},
-        "rope_parameters": blocks,
-    }
+    return cfg.rewritten(
+        {
+            **{k: v for k, v in cfg.config.items() if k not in _PER_LAYER_KEYS},
+            "rope_parameters": blocks,
+        }
+    )
 
 
 def _blocks_from_lists(
@@ -154,11 +169,17 @@ def _check_full_scaling(cfg: Config, scaling: Any, kinds: list[str]) -> None:
         )
 
 
-CONFIG_RULES: dict[ConfigRule, Callable[[Config, int], None]] = {
+def _as_given(cfg: Config, count: int) -> Config:
+    return cfg
+
+
+CONFIG_RULES: dict[ConfigRule | None, Callable[[Config, int], Config]] = {
+    None: _as_given,
     "per_layer_rope_lists": _per_layer_rope_lists,
 }
-"""Each config rule: rewrites ``cfg.config`` (of ``count`` layers) as the model's
-config class rewrites its raw RoPE keys, refusing what it would fail on or drop."""
+"""Each config rule: the config (of ``count`` layers) as the model's config class
+rewrites its raw RoPE keys, a new :class:`Config` (the one given is left as it is),
+refusing what the class would fail on or drop."""
 
 
 # --------------------------------------------------------------------------------------
@@ -202,16 +223,61 @@ def _head_dim_key(cfg: Config) -> int:
     return _ratio(cfg)
 
 
-HEAD_DIM_RULES: dict[HeadDimRule, Callable[[Config], int]] = {
-    "head_dim": _head_dim_key,
-    "ratio": _ratio,
+def _partial_of_head(cfg: Config, head_dim: int, partial: float, where: str) -> int:
+    """``int(head_dim * partial_rotary_factor)``, as the rotary modules size it."""
+    return int(head_dim * partial)
+
+
+def _whole_rope_slice(cfg: Config, rope_dim: int, partial: float, where: str) -> int:
+    """MLA rotates all of its rope slice ``qk_rope_head_dim``. A partial factor sizes
+    the frequencies from the full head (Mistral 4: ``int(128 * 0.5) ==
+    qk_rope_head_dim``); transformers fails unless ``int(head_dim * factor)`` is the
+    rope slice."""
+    full = cfg.get("head_dim")
+    if partial == 1.0 or full is None:
+        return rope_dim
+    rotated = int(check_length(cfg.where("head_dim"), full) * partial)
+    if rotated != rope_dim:
+        raise ValueError(
+            f"{where}['partial_rotary_factor'] is {partial}: transformers' "
+            f"{cfg.model_type!r} computes int(head_dim {full} x {partial}) = "
+            f"{rotated} rotated features for a rope slice (qk_rope_head_dim) of "
+            f"{rope_dim}, and fails. Give {rope_dim / full} or leave the factor out."
+        )
+    return rope_dim
+
+
+@dataclasses.dataclass(frozen=True)
+class HeadDimReading:
+    """One head-size rule.
+
+    Attributes:
+      size: the rotated head size of a layer with no override.
+      rotated: the features a block rotates (before rounding down to even), of
+        ``(cfg, head size, the block's partial_rotary_factor, where the block is)``.
+      features: where the rotated features sit in the model's q/k heads.
+    """
+
+    size: Callable[[Config], int]
+    rotated: Callable[[Config, int, float, str], int] = _partial_of_head
+    features: Literal["first", "last"] = "first"
+
+
+HEAD_DIM_RULES: dict[HeadDimRule, HeadDimReading] = {
+    "head_dim": HeadDimReading(_head_dim_key),
+    "ratio": HeadDimReading(_ratio),
     # attention over [hidden, embeddings] (Zamba 2)
-    "twice_ratio": lambda cfg: _ratio(cfg, times=2),
-    "qk_rope_head_dim": lambda cfg: check_length(
-        cfg.where("qk_rope_head_dim"), cfg.get("qk_rope_head_dim")
+    "twice_ratio": HeadDimReading(lambda cfg: _ratio(cfg, times=2)),
+    # MLA: heads are [nope | rope], the rope slice rotated whole
+    "qk_rope_head_dim": HeadDimReading(
+        lambda cfg: check_length(
+            cfg.where("qk_rope_head_dim"), cfg.get("qk_rope_head_dim")
+        ),
+        rotated=_whole_rope_slice,
+        features="last",
     ),
 }
-"""Each head-size rule: the rotated head size of a layer with no override."""
+"""Each head-size rule: the head size, rotated features and their place."""
 
 
 def _layer_head_dim(
@@ -281,7 +347,7 @@ def head_dim(
     if cfg.model.global_head_dim is not None and layer_type == "full_attention":
         value = cfg.config.get("global_head_dim", cfg.model.global_head_dim)
         return check_length(cfg.where("global_head_dim"), value)
-    return HEAD_DIM_RULES[cfg.model.head_dim](cfg)
+    return HEAD_DIM_RULES[cfg.model.head_dim].size(cfg)
 
 
 # --------------------------------------------------------------------------------------
@@ -315,26 +381,57 @@ def layer_types(cfg: Config, count: int) -> tuple[str, ...] | None:
     return tuple(values)
 
 
-def layer_thetas(cfg: Config, count: int) -> tuple[float | None, ...]:
-    """``layer_rope_theta`` (Granite SWA, Muse): each layer's base, 0 for NoPE; None
-    where the layer uses the block's ``rope_theta``."""
-    if cfg.model.nope not in ("layer_rope_theta", "layer_rope_switch"):
-        return (None,) * count
-    values = cfg.config.get("layer_rope_theta")
-    if values is None and cfg.model.nope == "layer_rope_theta":
-        return (None,) * count  # the class repeats rope_theta
-    if values is None:
-        raise ValueError(
-            f"The {cfg.model_type!r} config needs `layer_rope_theta`: its class "
-            "derives it from the layer count; give the list (config.to_dict() has it)."
-        )
-    thetas = numbers(cfg.where("layer_rope_theta"), values)
+BlockThetas = Mapping[str | None, float | None]
+"""The ``rope_theta`` of each block (by layer type; None: every layer's block)."""
+
+
+def _per_layer_thetas(cfg: Config, count: int) -> tuple[float, ...]:
+    """``layer_rope_theta``, one base per layer."""
+    thetas = numbers(cfg.where("layer_rope_theta"), cfg.config["layer_rope_theta"])
     if len(thetas) != count:
         raise ValueError(
             f"{cfg.where('layer_rope_theta')} has {len(thetas)} entries for "
             f"num_hidden_layers = {count}."
         )
     return thetas
+
+
+def _layer_rope_theta(
+    cfg: Config, count: int, blocks: BlockThetas
+) -> tuple[float | None, ...]:
+    """Granite SWA: each layer's base, 0 for NoPE (left out: the class repeats
+    ``rope_theta``)."""
+    if cfg.config.get("layer_rope_theta") is None:
+        return (None,) * count
+    return _per_layer_thetas(cfg, count)
+
+
+def _layer_rope_switch(
+    cfg: Config, count: int, blocks: BlockThetas
+) -> tuple[float | None, ...]:
+    """Muse: the same list, read only as RoPE on/off; its rotary module uses the
+    block's ``rope_theta``, so another nonzero entry raises."""
+    if cfg.config.get("layer_rope_theta") is None:
+        raise ValueError(
+            f"The {cfg.model_type!r} config needs `layer_rope_theta`: its class "
+            "derives it from the layer count; give the list (config.to_dict() has it)."
+        )
+    thetas = _per_layer_thetas(cfg, count)
+    theta = blocks[None]
+    for i, value in enumerate(thetas):
+        if value not in (0, theta):
+            raise ValueError(
+                f"{cfg.where('layer_rope_theta')}[{i}] is {value}: transformers' "
+                f"{cfg.model_type!r} reads it only as RoPE on/off and rotates with "
+                f"rope_theta = {theta}; give 0 or {theta}."
+            )
+    return thetas
+
+
+def _block_thetas(
+    cfg: Config, count: int, blocks: BlockThetas
+) -> tuple[float | None, ...]:
+    return (None,) * count
 
 
 def _flags(cfg: Config, key: str, values: list, count: int) -> tuple[bool, ...]:
@@ -403,24 +500,186 @@ def _every_layer(cfg: Config, count: int, types: tuple[str, ...] | None):
     return (True,) * count
 
 
-NOPE_RULES: dict[
-    NopeRule | None,
-    Callable[[Config, int, tuple[str, ...] | None], tuple[bool, ...]],
-] = {
-    None: _every_layer,
-    "no_rope_layers": _no_rope_layers,
-    "use_mem_rope": _use_mem_rope,
-    "position_embedding_type": _position_embedding_type,
-    "sliding_attention": lambda cfg, count, types: _sliding(cfg, types),  # AFMoE
-    "sliding_only": _sliding_only,
-    "sliding_or_no_window": _sliding_or_no_window,
-    # per-layer bases (0 = NoPE) are read by layer_thetas
-    "layer_rope_theta": _every_layer,
-    "layer_rope_switch": _every_layer,
+@dataclasses.dataclass(frozen=True)
+class NopeReading:
+    """One NoPE rule.
+
+    Attributes:
+      uses_rope: which of ``count`` layers (of ``types``) apply RoPE.
+      thetas: each layer's own base (0: NoPE), or None where it rotates with its
+        block's ``rope_theta`` (given each block's).
+      rotates: False where the model never calls its rotary function, so that no
+        RoPE key of its config is read.
+    """
+
+    uses_rope: Callable[[Config, int, tuple[str, ...] | None], tuple[bool, ...]] = (
+        _every_layer
+    )
+    thetas: Callable[[Config, int, BlockThetas], tuple[float | None, ...]] = (
+        _block_thetas
+    )
+    rotates: bool = True
+
+
+NOPE_RULES: dict[NopeRule | None, NopeReading] = {
+    None: NopeReading(),
+    "no_rope_layers": NopeReading(_no_rope_layers),
+    "use_mem_rope": NopeReading(_use_mem_rope),
+    "position_embedding_type": NopeReading(_position_embedding_type),
+    # AFMoE
+    "sliding_attention": NopeReading(lambda cfg, count, types: _sliding(cfg, types)),
+    "sliding_only": NopeReading(_sliding_only),
+    "sliding_or_no_window": NopeReading(_sliding_or_no_window),
+    # per-layer bases, 0 = NoPE
+    "layer_rope_theta": NopeReading(thetas=_layer_rope_theta),
+    "layer_rope_switch": NopeReading(thetas=_layer_rope_switch),
     # Jamba, Nemotron-H: the rotary function is defined and never called
-    "all": lambda cfg, count, types: (False,) * count,
+    "all": NopeReading(lambda cfg, count, types: (False,) * count, rotates=False),
 }
-"""Each NoPE rule: which of ``count`` layers (of ``types``) apply RoPE."""
+"""Each NoPE rule: which layers apply RoPE, with which base, if any."""
+
+
+# --------------------------------------------------------------------------------------
+# Query scaling.
+# --------------------------------------------------------------------------------------
+
+
+def _no_temperature(cfg: Config) -> QueryScaling | None:
+    return None
+
+
+def _no_beta(block: Mapping[str, Any], where: str) -> float | None:
+    return None
+
+
+def _llama4_temperature(cfg: Config) -> QueryScaling | None:
+    """Llama 4's ``attn_temperature_tuning`` query factor."""
+    if not check_bool(
+        cfg.where("attn_temperature_tuning"), cfg.get("attn_temperature_tuning", False)
+    ):
+        return None
+    return QueryScaling(
+        scale=check_float(cfg.where("attn_scale"), cfg.get("attn_scale")),
+        floor_scale=check_float(cfg.where("floor_scale"), cfg.get("floor_scale")),
+        offset=1,
+    )
+
+
+def _llama_4_scaling_beta(block: Mapping[str, Any], where: str) -> float | None:
+    """Ministral 3's ``llama_4_scaling_beta`` of the rope block (0 or left out:
+    none)."""
+    if not block.get("llama_4_scaling_beta"):
+        return None
+    return check_float(
+        f"{where}['llama_4_scaling_beta']", block["llama_4_scaling_beta"]
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class QueryScalingReading:
+    """One query-scaling rule.
+
+    Attributes:
+      temperature: the query factor of the model's NoPE layers, or None.
+      beta: the ``beta`` of a rope block's query factor on every layer of the block
+        (its floor the block's original length), of ``(block, where)``, or None.
+    """
+
+    temperature: Callable[[Config], QueryScaling | None] = _no_temperature
+    beta: Callable[[Mapping[str, Any], str], float | None] = _no_beta
+
+
+QUERY_SCALING_RULES: dict[QueryScalingRule | None, QueryScalingReading] = {
+    None: QueryScalingReading(),
+    "llama4": QueryScalingReading(temperature=_llama4_temperature),
+    "llama_4_scaling_beta": QueryScalingReading(beta=_llama_4_scaling_beta),
+}
+"""Each query-scaling rule: where the model's position-dependent query factor comes
+from."""
+
+
+# --------------------------------------------------------------------------------------
+# M-RoPE.
+# --------------------------------------------------------------------------------------
+
+MropeSections = tuple[tuple[int, ...] | None, MropeLayout]
+"""A block's M-RoPE pairs per position row (None: 1-D RoPE) and their layout."""
+
+
+def _one_d(
+    cfg: Config, block: Mapping[str, Any], where: str, rotated: int
+) -> MropeSections:
+    if block.get("mrope_section") is not None:
+        raise ValueError(
+            f"{where} has mrope_section, but transformers' {cfg.model_type!r} "
+            "attention applies 1-D RoPE; remove it."
+        )
+    return None, "contiguous"
+
+
+def _alternating(
+    cfg: Config, block: Mapping[str, Any], where: str, rotated: int
+) -> MropeSections:
+    """NeoMME: pair ``j`` from row ``j % 2``, whatever the sections: interleaved
+    sections ``(R/4, R/4)``."""
+    half = rotated // 2
+    return (half // 2, half - half // 2), "interleaved"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sections:
+    """M-RoPE in ``layout``, the block's ``mrope_section`` else the model's default;
+    ``covers_pairs``: the sections must sum to the rotated pairs (transformers fails
+    otherwise); ``interleaved``: what a ``mrope_interleaved`` key must say (the rotary
+    module ignores the key)."""
+
+    layout: MropeLayout
+    covers_pairs: bool = False
+    interleaved: bool = False
+
+    def __call__(
+        self, cfg: Config, block: Mapping[str, Any], where: str, rotated: int
+    ) -> MropeSections:
+        sections = block.get("mrope_section", cfg.model.mrope_section)
+        if sections is None:
+            raise ValueError(
+                f"{where} needs mrope_section: transformers' {cfg.model_type!r} "
+                "rotary module has no default for it."
+            )
+        sections = lengths(f"{where}['mrope_section']", sections)
+        if self.covers_pairs and sum(sections) != rotated // 2:
+            raise ValueError(
+                f"{where}['mrope_section'] is {list(sections)} (sum {sum(sections)}), "
+                f"but the {rotated} rotated features (head size x "
+                f"partial_rotary_factor) make {rotated // 2} pairs: transformers' "
+                f"{cfg.model_type!r} rotary module fails on it. Give sections that "
+                f"sum to {rotated // 2}."
+            )
+        given = block.get("mrope_interleaved")
+        if (
+            given is not None
+            and check_bool(f"{where}['mrope_interleaved']", given) != self.interleaved
+        ):
+            raise ValueError(
+                f"{where}['mrope_interleaved'] is {given}, but transformers' "
+                f"{cfg.model_type!r} rotary module ignores the key and always uses "
+                f"{self.layout} sections; remove it."
+            )
+        return sections, self.layout
+
+
+MROPE_RULES: dict[
+    MropeRule | None, Callable[[Config, Mapping[str, Any], str, int], MropeSections]
+] = {
+    None: _one_d,
+    "contiguous": _Sections("contiguous", covers_pairs=True),
+    "interleaved": _Sections("interleaved", interleaved=True),
+    "hw_alternating": _Sections("hw_alternating"),
+    "xd": _Sections("xd"),
+    "alternating": _alternating,
+}
+"""Each M-RoPE rule: a block's sections and layout, of ``(cfg, block, where, rotated
+features)``."""
 
 
 # --------------------------------------------------------------------------------------
