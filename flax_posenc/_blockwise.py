@@ -11,19 +11,28 @@ helper takes the record or its arrays as arguments.
 Ring attention (:mod:`flax_posenc.context_parallel`) reuses the same tile step with the
 statistics carried between calls: :func:`init_stats`, then :func:`accumulate` once per
 key/value block that arrives, then :func:`normalise` and :func:`from_stats_layout`.
+
+A tile's logits come from the record's strategy (:class:`Logits`): :func:`dot_logits`
+for every entry point above; :class:`RemappedLogits` for Self-Extend and dual chunk
+attention (:mod:`flax_posenc.self_extend`, :mod:`flax_posenc.dual_chunk`), whose q and
+k are copies rotated at remapped positions (:func:`rotated_copies`), one pair of
+copies chosen per (query, key) pair. Masking, bias, tile skipping and the online
+softmax are the same for both.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flax_posenc import _rope
 from flax_posenc._eager import eager_compiled
 from flax_posenc._validation import (
     check_bool,
@@ -33,8 +42,10 @@ from flax_posenc._validation import (
     check_positions,
     check_positive_float,
     check_positive_int,
+    check_rope_config,
     obeys_positions_rule,
 )
+from flax_posenc.rope import RopeConfig
 
 Bias = Callable[[jax.Array, jax.Array], jax.Array]
 
@@ -58,11 +69,115 @@ class Arrays(NamedTuple):
     mask: Any  # broadcastable to [..., N, L, S]
 
 
+class Logits(Protocol):
+    """A logits strategy: one tile's unscaled logits, float32 ``[B, K, G, l, s]``,
+    from ``q_block [B, l, K, G, Hq]``, ``k_block [B, s, K, Hk]`` and the tile's int32
+    positions ``[B or 1, l]`` / ``[B or 1, s]`` (None without positions).
+
+    A strategy may also define ``tile_cases(q_positions, k_positions) -> (index,
+    cases) | None``, as a bias may (:data:`flax_posenc.PositionBias`): the kernel
+    then runs the tile's step with the strategy ``cases[index]``."""
+
+    def __call__(
+        self,
+        q_block: jax.Array,
+        k_block: jax.Array,
+        q_positions: jax.Array | None,
+        k_positions: jax.Array | None,
+        precision: Any,
+    ) -> jax.Array: ...
+
+
+def dot_logits(
+    q_block: jax.Array,
+    k_block: jax.Array,
+    q_positions: jax.Array | None,
+    k_positions: jax.Array | None,
+    precision: Any,
+) -> jax.Array:
+    """The plain strategy: ``q . k`` of every pair (grouped heads, no repeat)."""
+    del q_positions, k_positions
+    return jnp.einsum(
+        "blkgh,bskh->bkgls",
+        q_block,
+        k_block,
+        precision=precision,
+        preferred_element_type=jnp.float32,
+    )
+
+
+Select = Callable[[jax.Array, jax.Array], jax.Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class RemappedLogits:
+    """The strategy of attentions that rotate q and k at remapped positions.
+
+    q and k are copies, each rotated at its own map of the positions, concatenated
+    on the feature axis (:func:`rotated_copies`: ``Hq = Cq H``, ``Hk = Ck H``).
+    ``select(q_positions [B or 1, l], k_positions [B or 1, s])`` gives an int ``[B
+    or 1, l, s]`` indexing ``pairs``; pair ``(i, j)``'s logit is q's copy ``i``
+    dotted with k's copy ``j``. Each pair's tile is formed and merged by ``where``
+    (one matmul per pair: stacking DCA's three q copies into one matmul was faster
+    forward but kept a three-tile cotangent, 225 instead of 161 MiB of gradient
+    temp memory at ``L = 4096``).
+
+    :meth:`tile_cases` lets the kernel run a tile whose pairs all choose one pair
+    as that pair's matmul alone (most tiles, when the maps change every few
+    hundred positions); only the tiles where the choice changes merge.
+    """
+
+    pairs: tuple[tuple[int, int], ...]  # (q copy, k copy) of each choice
+    select: Select
+    head_dim: int  # H, the features of one copy
+    merged: bool = True  # False: one case of tile_cases, no cases of its own
+
+    def tile_cases(
+        self, q_positions: jax.Array, k_positions: jax.Array
+    ) -> tuple[jax.Array, tuple[RemappedLogits, ...]] | None:
+        """None for a case, else the int32 index of the case exact on this tile
+        and the cases: each pair alone, then the merge."""
+        if not self.merged:
+            return None
+        choice = self.select(q_positions, k_positions)
+        low, high = jnp.min(choice), jnp.max(choice)
+        index = jnp.where(low == high, low, len(self.pairs)).astype(jnp.int32)
+        alone = tuple(
+            dataclasses.replace(self, pairs=(pair,), merged=False)
+            for pair in self.pairs
+        )
+        return index, (*alone, dataclasses.replace(self, merged=False))
+
+    def __call__(
+        self,
+        q_block: jax.Array,
+        k_block: jax.Array,
+        q_positions: jax.Array | None,
+        k_positions: jax.Array | None,
+        precision: Any,
+    ) -> jax.Array:
+        # The remapped attentions are causal: their tiles always have positions.
+        assert q_positions is not None and k_positions is not None
+        size = self.head_dim
+
+        def pair(i: int, j: int) -> jax.Array:
+            q_copy = q_block[..., i * size : (i + 1) * size]
+            k_copy = k_block[..., j * size : (j + 1) * size]
+            return dot_logits(q_copy, k_copy, None, None, precision)
+
+        logits = pair(*self.pairs[0])
+        if len(self.pairs) > 1:
+            choice = self.select(q_positions, k_positions)[:, None, None]
+            for index, (i, j) in enumerate(self.pairs[1:], start=1):
+                logits = jnp.where(choice == index, pair(i, j), logits)
+        return logits
+
+
 class Blocks(NamedTuple):
     """Everything the kernel reads, normalised; ``B`` is the flattened batch."""
 
-    q: jax.Array  # [B, L, K, G, H]
-    k: jax.Array  # [B, S, K, H]
+    q: jax.Array  # [B, L, K, G, Hq]; Hq = H, or the copies of RemappedLogits
+    k: jax.Array  # [B, S, K, Hk]
     v: jax.Array  # [B, S, K, Hv]
     q_positions: jax.Array | None  # int32 [B or 1, L]
     k_positions: jax.Array | None  # int32 [B or 1, S]
@@ -74,6 +189,7 @@ class Blocks(NamedTuple):
     block_q: int  # <= L
     block_k: int  # <= S
     batch_shape: tuple[int, ...]  # the leading axes of the inputs
+    logits: Logits = dot_logits  # the tile's logits before the scale
 
 
 class Tile(NamedTuple):
@@ -247,7 +363,7 @@ def prepare(
     scale = 1.0 / math.sqrt(head_dim) if options.scale is None else options.scale
     return Blocks(
         q=q.reshape(batch, length, kv_heads, heads // kv_heads, head_dim),
-        k=k.reshape(batch, keys, kv_heads, head_dim),
+        k=k.reshape(batch, keys, kv_heads, k.shape[-1]),
         v=v.reshape(batch, keys, kv_heads, v.shape[-1]),
         q_positions=qp,
         k_positions=kp,
@@ -260,6 +376,91 @@ def prepare(
         block_k=min(options.block_k, keys),
         batch_shape=batch_shape,
     )
+
+
+def check_remapped(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    q_positions: Any,
+    k_positions: Any,
+    rope: Any,
+    scale: Any,
+    block_q: Any,
+    block_k: Any,
+) -> tuple[Arrays, Options]:
+    """The checks of causal attention of unrotated q/k that ``rope`` rotates
+    (Self-Extend, dual chunk attention); the options' scale is filled in (the
+    copies of :func:`rotated_copies` widen q's features, not ``H``)."""
+    check_rope_config("rope", rope, RopeConfig)
+    options = check_options(
+        bias=None, causal=True, scale=scale, block_q=block_q, block_k=block_k
+    )
+    arrays = check_arrays(
+        q,
+        k,
+        v,
+        bias=None,
+        causal=True,
+        q_positions=q_positions,
+        k_positions=k_positions,
+        q_segment_ids=None,
+        k_segment_ids=None,
+        mask=None,
+    )
+    head_dim = q.shape[-1]
+    if head_dim != rope.head_dim:
+        raise ValueError(
+            f"`q` and `k` must have H = rope.head_dim ({rope.head_dim}), got H = "
+            f"{head_dim}. Hint: fp.RopeConfig(head_dim={head_dim}, ...)."
+        )
+    if options.scale is None:
+        options = options._replace(scale=1.0 / math.sqrt(head_dim))
+    return arrays, options
+
+
+def rotated_copies(
+    x: jax.Array,
+    positions: Sequence[jax.Array],
+    rope: Any,
+    factor: jax.Array | None = None,
+) -> jax.Array:
+    """``x [..., L, N, H]`` rotated by ``rope`` at each of ``positions`` (integer
+    ``[..., L]``), each copy times ``factor [..., L]`` (float32) if given,
+    concatenated on the feature axis: q or k for :class:`RemappedLogits`."""
+    copies = []
+    for p in positions:
+        cos, sin = _rope.tables(p, rope, None)
+        copy = _rope.rotate(x, cos, sin, rope.layout)
+        if factor is not None:
+            copy = copy.astype(jnp.float32) * factor[..., None, None]
+        copies.append(copy)
+    return jnp.concatenate(copies, axis=-1)
+
+
+def remapped_positions(arrays: Arrays) -> tuple[jax.Array, jax.Array]:
+    """int32 q and k positions of :func:`check_remapped`'s arrays (k's None: q's),
+    as the caller gave them (leading axes not broadcast)."""
+    q_pos = jnp.asarray(arrays.q_positions, jnp.int32)
+    k_pos = arrays.k_positions
+    return q_pos, q_pos if k_pos is None else jnp.asarray(k_pos, jnp.int32)
+
+
+def remapped_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    arrays: Arrays,
+    options: Options,
+    logits: RemappedLogits,
+    precision: Any,
+) -> jax.Array:
+    """The kernel with the ``logits`` strategy over q and k copies (see
+    :func:`rotated_copies`); ``options.scale`` set. ``[..., L, N, Hv]`` in q's
+    dtype."""
+    blocks = prepare(q, k, v, arrays, options)._replace(logits=logits)
+    return online_softmax(blocks, None, precision)
 
 
 class Stats(NamedTuple):
@@ -413,9 +614,7 @@ def _k_step(
     k_block = jax.lax.dynamic_slice_in_dim(blocks.k, k_start, block_k, axis=1)
     v_block = jax.lax.dynamic_slice_in_dim(blocks.v, k_start, block_k, axis=1)
     tile = Tile(q_block, k_block, v_block, q_start, k_start, keep)
-    update = functools.partial(
-        _update, bias, blocks.q_positions, blocks.k_positions, blocks.scale, precision
-    )
+    update = functools.partial(_update, blocks, bias, precision)
     if keep is None:
         return update(carry, tile), None
     # Tiles where every pair is masked (half of them, causal) are skipped.
@@ -456,10 +655,8 @@ def _allowed_pairs(
 
 
 def _update(
+    blocks: Blocks,
     bias: Bias | None,
-    q_positions: jax.Array | None,
-    k_positions: jax.Array | None,
-    scale: float,
     precision: Any,
     carry: tuple[jax.Array, jax.Array, jax.Array],
     tile: Tile,
@@ -469,32 +666,30 @@ def _update(
     A bias with a ``tile_cases(q_positions, k_positions) -> (index, cases)``
     method (see :data:`flax_posenc.PositionBias`) picks, per tile, the case that
     is exact there; each case's step is its own branch, so its bias still fuses
-    into the logits (a switch inside the bias would store its tile)."""
-    tile_cases = getattr(bias, "tile_cases", None)
-    if tile_cases is not None and q_positions is not None and k_positions is not None:
-        rows, cols = tile.q_block.shape[1], tile.k_block.shape[1]
-        q_pos = jax.lax.dynamic_slice_in_dim(q_positions, tile.q_start, rows, axis=1)
-        k_pos = jax.lax.dynamic_slice_in_dim(k_positions, tile.k_start, cols, axis=1)
-        index, cases = tile_cases(q_pos, k_pos)
+    into the logits (a switch inside the bias would store its tile). A logits
+    strategy with ``tile_cases`` (:class:`RemappedLogits`) is switched the same
+    way, after the bias's."""
+    q_pos, k_pos = _tile_positions(blocks, tile)
+    bias_cases = getattr(bias, "tile_cases", None)
+    if bias_cases is not None and q_pos is not None and k_pos is not None:
+        index, cases = bias_cases(q_pos, k_pos)
+        steps = [functools.partial(_update, blocks, case, precision) for case in cases]
+        return jax.lax.switch(index, steps, carry, tile)
+    logits_cases = getattr(blocks.logits, "tile_cases", None)
+    found = None  # (index, cases) of the logits strategy, or None
+    if logits_cases is not None and q_pos is not None and k_pos is not None:
+        found = logits_cases(q_pos, k_pos)
+    if found is not None:
+        index, cases = found
         steps = [
-            functools.partial(_update, case, q_positions, k_positions, scale, precision)
+            functools.partial(_update, blocks._replace(logits=case), bias, precision)
             for case in cases
         ]
         return jax.lax.switch(index, steps, carry, tile)
-    row_max, denominator, acc = carry
-    logits = jnp.einsum(
-        "blkgh,bskh->bkgls",
-        tile.q_block,
-        tile.k_block,
-        precision=precision,
-        preferred_element_type=jnp.float32,
-    )
-    logits = logits * jnp.float32(scale)
+    logits = blocks.logits(tile.q_block, tile.k_block, q_pos, k_pos, precision)
+    logits = logits * jnp.float32(blocks.scale)
     tile_bias = None
-    if bias is not None and q_positions is not None and k_positions is not None:
-        rows, cols = tile.q_block.shape[1], tile.k_block.shape[1]
-        q_pos = jax.lax.dynamic_slice_in_dim(q_positions, tile.q_start, rows, axis=1)
-        k_pos = jax.lax.dynamic_slice_in_dim(k_positions, tile.k_start, cols, axis=1)
+    if bias is not None and q_pos is not None and k_pos is not None:
         tile_bias = _bias_tile(bias, q_pos, k_pos, logits.shape)
     if tile.keep is not None:
         # Broadcast once: one mask residual for both selects under autodiff.
@@ -508,6 +703,29 @@ def _update(
         # select last it recomputed the add and select inside the exp, which
         # kept an expensive bias (log1p, power) as a second stored tile.
         logits = logits + tile_bias
+    return _softmax_step(carry, logits, tile.v_block, precision)
+
+
+def _tile_positions(
+    blocks: Blocks, tile: Tile
+) -> tuple[jax.Array | None, jax.Array | None]:
+    """The tile's int32 positions ``[B or 1, l]`` and ``[B or 1, s]``, or None."""
+    if blocks.q_positions is None or blocks.k_positions is None:
+        return None, None
+    rows, cols = tile.q_block.shape[1], tile.k_block.shape[1]
+    q_pos = jax.lax.dynamic_slice_in_dim(blocks.q_positions, tile.q_start, rows, 1)
+    k_pos = jax.lax.dynamic_slice_in_dim(blocks.k_positions, tile.k_start, cols, 1)
+    return q_pos, k_pos
+
+
+def _softmax_step(
+    carry: tuple[jax.Array, jax.Array, jax.Array],
+    logits: jax.Array,
+    v_block: jax.Array,
+    precision: Any,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The statistics ``carry`` updated with one tile's final logits."""
+    row_max, denominator, acc = carry
     new_max = jax.lax.stop_gradient(jnp.maximum(row_max, logits.max(-1)))
     # A row masked so far has max -inf: subtract 0 instead (exp(-inf) = 0).
     shift = jnp.where(new_max == -jnp.inf, 0.0, new_max)
@@ -515,8 +733,8 @@ def _update(
     correction = jnp.exp(row_max - shift)
     weighted = jnp.einsum(
         "bkgls,bskh->bkglh",
-        probs.astype(tile.v_block.dtype),
-        tile.v_block,
+        probs.astype(v_block.dtype),
+        v_block,
         precision=precision,
         preferred_element_type=jnp.float32,
     )

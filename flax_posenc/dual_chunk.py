@@ -27,8 +27,11 @@ the softmax scale again), and a decode step's logit for a key ``j`` carries
 ``s(p + 1) s(max(prompt_length, j + 1))``. The floor at 1 leaves a sequence shorter
 than ``T0`` unscaled.
 
-The three logits are merged per tile and folded into one online softmax, which equals
-vLLM's three flash-attention calls merged by their log-sum-exp. (vLLM's sparse
+The three logits are merged per tile and folded into the online softmax of
+:func:`flax_posenc.blockwise_attention` (its
+:class:`~flax_posenc._blockwise.RemappedLogits` strategy: grouped k/v heads read
+without a repeat, tiles above the causal diagonal skipped), which equals vLLM's three
+flash-attention calls merged by their log-sum-exp. (vLLM's sparse
 "critical" queries, ``sparse_attention_config``, are a speed device and are not
 implemented.)
 
@@ -48,9 +51,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flax_posenc import _blockwise
 from flax_posenc._eager import jit_when_eager
-from flax_posenc._remap_checks import check_attention_inputs
-from flax_posenc._remapped import batched, remapped_attention, rotate_at
 from flax_posenc._validation import (
     check_integer_array,
     check_positive_int,
@@ -199,6 +201,7 @@ def dual_chunk_attention(
     scale: float | None = None,
     block_q: int = 512,
     block_k: int = 512,
+    precision: Any = jax.lax.Precision.HIGHEST,
 ) -> jax.Array:
     """Causal RoPE attention with dual chunk attention's remapped positions.
 
@@ -208,10 +211,12 @@ def dual_chunk_attention(
     and a key at ``j`` is ``scale s(n_p) s(n_j) q.k``, ``n = max(prompt_length,
     position + 1)`` (see the module docstring): ``s(prompt_length)**2`` in a
     prefill; in a decode step ``s(p + 1)`` times the factor the key was cached
-    with, as vLLM computes it.
+    with, as vLLM computes it. Grouped-query attention as
+    :func:`flax_posenc.blockwise_attention` (k/v heads are not repeated).
 
     Args:
-      q: floating ``[B, L, N, H]`` or ``[L, N, H]``.
+      q: floating ``[B, L, N, H]`` or ``[L, N, H]`` (any leading axes: ``[..., L,
+        N, H]``).
       k: floating ``[B, S, K, H]`` (q's rank), ``N`` a multiple of ``K``.
       v: floating ``[B, S, K, Hv]``.
       q_positions: integer ``[B, L]`` or ``[L]``, non-negative.
@@ -227,6 +232,9 @@ def dual_chunk_attention(
       scale: the logit scale before DCA's factors; None is ``1 / sqrt(H)``.
       block_q: query rows per tile.
       block_k: keys per tile.
+      precision: ``jax.lax.Precision`` of the two matmuls (as in ``jnp.einsum``);
+        the default, ``HIGHEST``, keeps float32 logits on every backend; None is
+        the backend default.
 
     Returns:
       ``[B, L, N, Hv]`` (or ``[L, N, Hv]``) in q's dtype.
@@ -256,22 +264,28 @@ def dual_chunk_attention(
     Reference: An et al., ICML 2024; vLLM's dual chunk attention.
     """
     _check_config(config)
-    q_pos, k_pos, base_scale = check_attention_inputs(
-        q, k, v, q_positions, k_positions, rope, scale, block_q, block_k
+    arrays, options = _blockwise.check_remapped(
+        q,
+        k,
+        v,
+        q_positions=q_positions,
+        k_positions=k_positions,
+        rope=rope,
+        scale=scale,
+        block_q=block_q,
+        block_k=block_k,
     )
     prompt = _check_prompt_length(prompt_length, k_positions, config, q.shape[:-3])
     return _dual_chunk(
         q,
         k,
         v,
-        q_pos,
-        k_pos,
+        arrays,
         prompt,
-        base_scale,
         rope=rope,
         config=config,
-        block_q=block_q,
-        block_k=block_k,
+        options=options,
+        precision=precision,
     )
 
 
@@ -316,42 +330,64 @@ def _check_prompt_length(
     return value
 
 
-def _factor(positions: jax.Array, prompt: jax.Array, original: int) -> jax.Array:
-    """float32 ``s(max(prompt, p + 1))`` ``[B, L, 1, 1]`` for int32 positions ``[B,
-    L]`` and ``prompt [B, 1]``: vLLM's ``(0.1 ln(orig_seq_len / original) +
-    1).clip(min=1)`` at the step that computed the token's key and query."""
-    written = jnp.maximum(prompt, positions + 1).astype(jnp.float32)
-    factor = jnp.maximum(0.1 * jnp.log(written / original) + 1.0, 1.0)
-    return factor[:, :, None, None]
-
-
-def _scaled(x: jax.Array, factor: jax.Array) -> jax.Array:
-    return x.astype(jnp.float32) * factor
-
-
-@jit_when_eager("rope", "config", "block_q", "block_k")
-def _dual_chunk(
-    q, k, v, q_positions, k_positions, prompt, scale, *, rope, config, block_q, block_k
+def _factor(
+    positions: jax.Array, prompt: jax.Array, original: int, shape: tuple[int, ...]
 ) -> jax.Array:
-    q3, k3, v3, q_pos, k_pos = batched(q, k, v, q_positions, k_positions)
+    """float32 ``s(max(prompt, p + 1))`` of shape ``shape`` (``x.shape[:-2]``) for
+    int32 positions ``[..., L]`` and ``prompt``, one count per sequence: vLLM's
+    ``(0.1 ln(orig_seq_len / original) + 1).clip(min=1)`` at the step that computed
+    the token's key and query."""
+    written = jnp.maximum(
+        _expand(prompt[..., None], shape), _expand(positions + 1, shape)
+    )
+    return jnp.maximum(0.1 * jnp.log(written.astype(jnp.float32) / original) + 1.0, 1.0)
+
+
+def _expand(x: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+    """``x`` broadcast to ``shape``, leading axes added explicitly."""
+    return jnp.broadcast_to(x.reshape((1,) * (len(shape) - x.ndim) + x.shape), shape)
+
+
+@jit_when_eager("rope", "config", "options", "precision")
+def _dual_chunk(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    arrays: _blockwise.Arrays,
+    prompt: jax.Array | None,
+    *,
+    rope: RopeConfig,
+    config: DualChunkAttentionConfig,
+    options: _blockwise.Options,
+    precision: Any,
+) -> jax.Array:
+    q_pos, k_pos = _blockwise.remapped_positions(arrays)
     qp, kp = _positions(q_pos, config), _positions(k_pos, config)
-    qs = [rotate_at(q3, p, rope) for p in (qp.intra, qp.successive, qp.inter)]
-    ks = [rotate_at(k3, kp.key, rope)]
+    q_factor = k_factor = None
     original = config.original_max_position_embeddings
     if original > 0:
         if prompt is None:  # a prefill of the whole prompt, per sequence
-            prompt = jnp.max(q_pos, axis=1) + 1
-        prompt = jnp.broadcast_to(prompt.astype(jnp.int32), q_pos.shape[:1])[:, None]
-        qs = [_scaled(x, _factor(q_pos, prompt, original)) for x in qs]
-        ks = [_scaled(x, _factor(k_pos, prompt, original)) for x in ks]
-    c = config.chunk_len
-
-    def select(q_block: jax.Array, k_block: jax.Array) -> jax.Array:
-        apart = q_block[:, :, None] // c - k_block[:, None, :] // c
-        return jnp.minimum(apart, 2)
-
-    pairs = ((0, 0), (1, 0), (2, 0))
-    out = remapped_attention(
-        qs, ks, v3, q_pos, k_pos, pairs, select, scale, block_q, block_k
+            prompt = jnp.max(q_pos, axis=-1) + 1
+        prompt = jnp.asarray(prompt).astype(jnp.int32)
+        q_factor = _factor(q_pos, prompt, original, q.shape[:-2])
+        k_factor = _factor(k_pos, prompt, original, k.shape[:-2])
+    qs = _blockwise.rotated_copies(
+        q, [qp.intra, qp.successive, qp.inter], rope, q_factor
     )
-    return (out[0] if q.ndim == 3 else out).astype(q.dtype)
+    ks = _blockwise.rotated_copies(k, [kp.key], rope, k_factor)
+    logits = _blockwise.RemappedLogits(
+        ((0, 0), (1, 0), (2, 0)),
+        functools.partial(_chunks_apart, chunk_len=config.chunk_len),
+        q.shape[-1],
+    )
+    return _blockwise.remapped_attention(
+        qs, ks, v, arrays, options, logits, precision
+    ).astype(q.dtype)
+
+
+def _chunks_apart(
+    q_positions: jax.Array, k_positions: jax.Array, *, chunk_len: int
+) -> jax.Array:
+    """0, 1 or 2: the key in the query's chunk, the one before, or an earlier one."""
+    apart = q_positions[:, :, None] // chunk_len - k_positions[:, None, :] // chunk_len
+    return jnp.minimum(apart, 2)

@@ -14,7 +14,10 @@ distance ``i // G - j // G + window - window // G``, which continues the neighbo
 range at ``d = window`` and grows ``G`` times slower; the largest distance for a
 context ``C`` is about ``(C - window) / G + window``, inside ``T`` when ``C <= (T -
 window) G + window``. The two logits are merged per ``[block_q, block_k]`` tile and
-folded into an online softmax, so no ``[N, L, S]`` array is formed.
+folded into the online softmax of :func:`flax_posenc.blockwise_attention` (its
+:class:`~flax_posenc._blockwise.RemappedLogits` strategy), so no ``[N, L, S]`` array
+is formed, grouped k/v heads are read without a repeat, and tiles above the causal
+diagonal are skipped.
 
 Reference: Jin, Han, Yang, Jiang, Liu, Chang, Chen, Hu, "LLM Maybe LongLM:
 Self-Extend LLM Context Window Without Tuning", ICML 2024 (Section 3, eq. 3 and the
@@ -24,12 +27,14 @@ window``).
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
+from flax_posenc import _blockwise
 from flax_posenc._eager import jit_when_eager
-from flax_posenc._remap_checks import check_attention_inputs
-from flax_posenc._remapped import batched, remapped_attention, rotate_at
 from flax_posenc._validation import check_positive_int
 from flax_posenc.rope import RopeConfig
 
@@ -49,15 +54,18 @@ def self_extend_attention(
     scale: float | None = None,
     block_q: int = 512,
     block_k: int = 512,
+    precision: Any = jax.lax.Precision.HIGHEST,
 ) -> jax.Array:
     """Causal RoPE attention with Self-Extend's remapped positions.
 
     q and k come *unrotated*: they are rotated here at the neighbour and the
     grouped positions (see the module docstring). Grouped-query attention as
-    :func:`flax_posenc.blockwise_attention`. A query with no visible key gets zeros.
+    :func:`flax_posenc.blockwise_attention` (k/v heads are not repeated). A query
+    with no visible key gets zeros.
 
     Args:
-      q: floating ``[B, L, N, H]`` or ``[L, N, H]``.
+      q: floating ``[B, L, N, H]`` or ``[L, N, H]`` (any leading axes: ``[..., L,
+        N, H]``).
       k: floating ``[B, S, K, H]`` (the same rank as q), ``N`` a multiple of ``K``.
       v: floating ``[B, S, K, Hv]``.
       q_positions: integer ``[B, L]`` or ``[L]``.
@@ -69,6 +77,9 @@ def self_extend_attention(
       scale: the logit scale; None is ``1 / sqrt(H)``.
       block_q: query rows per tile.
       block_k: keys per tile.
+      precision: ``jax.lax.Precision`` of the two matmuls (as in ``jnp.einsum``);
+        the default, ``HIGHEST``, keeps float32 logits on every backend; None is
+        the backend default.
 
     Returns:
       ``[B, L, N, Hv]`` (or ``[L, N, Hv]``) in q's dtype.
@@ -90,52 +101,56 @@ def self_extend_attention(
     """
     group_size = check_positive_int("group_size", group_size)
     window = check_positive_int("window", window)
-    q_pos, k_pos, base_scale = check_attention_inputs(
-        q, k, v, q_positions, k_positions, rope, scale, block_q, block_k
+    arrays, options = _blockwise.check_remapped(
+        q,
+        k,
+        v,
+        q_positions=q_positions,
+        k_positions=k_positions,
+        rope=rope,
+        scale=scale,
+        block_q=block_q,
+        block_k=block_k,
     )
     return _self_extend(
         q,
         k,
         v,
-        q_pos,
-        k_pos,
-        base_scale,
+        arrays,
         rope=rope,
         group_size=group_size,
         window=window,
-        block_q=block_q,
-        block_k=block_k,
+        options=options,
+        precision=precision,
     )
 
 
-@jit_when_eager("rope", "group_size", "window", "block_q", "block_k")
+@jit_when_eager("rope", "group_size", "window", "options", "precision")
 def _self_extend(
-    q,
-    k,
-    v,
-    q_positions,
-    k_positions,
-    scale,
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    arrays: _blockwise.Arrays,
     *,
-    rope,
-    group_size,
-    window,
-    block_q,
-    block_k,
+    rope: RopeConfig,
+    group_size: int,
+    window: int,
+    options: _blockwise.Options,
+    precision: Any,
 ) -> jax.Array:
-    q3, k3, v3, q_pos, k_pos = batched(q, k, v, q_positions, k_positions)
+    q_pos, k_pos = _blockwise.remapped_positions(arrays)
     shift = window - window // group_size
-    qs = [
-        rotate_at(q3, q_pos, rope),
-        rotate_at(q3, q_pos // group_size + shift, rope),
-    ]
-    ks = [rotate_at(k3, k_pos, rope), rotate_at(k3, k_pos // group_size, rope)]
-
-    def select(qp: jax.Array, kp: jax.Array) -> jax.Array:
-        near = (qp[:, :, None] - kp[:, None, :]) < window
-        return jnp.where(near, 0, 1)
-
-    out = remapped_attention(
-        qs, ks, v3, q_pos, k_pos, ((0, 0), (1, 1)), select, scale, block_q, block_k
+    qs = _blockwise.rotated_copies(q, [q_pos, q_pos // group_size + shift], rope)
+    ks = _blockwise.rotated_copies(k, [k_pos, k_pos // group_size], rope)
+    logits = _blockwise.RemappedLogits(
+        ((0, 0), (1, 1)), functools.partial(_far, window=window), q.shape[-1]
     )
-    return (out[0] if q.ndim == 3 else out).astype(q.dtype)
+    return _blockwise.remapped_attention(
+        qs, ks, v, arrays, options, logits, precision
+    ).astype(q.dtype)
+
+
+def _far(q_positions: jax.Array, k_positions: jax.Array, *, window: int) -> jax.Array:
+    """1 where the pair is ``window`` or more apart (grouped logits), else 0."""
+    distance = q_positions[:, :, None] - k_positions[:, None, :]
+    return (distance >= window).astype(jnp.int32)

@@ -2,6 +2,8 @@
 runs it): against float64 transcriptions of the authors' / vLLM's formulas, the
 config's validation, blockwise tiling, traced positions, bf16, gradients."""
 
+import re
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -343,3 +345,93 @@ def test_traced_positions_no_retrace_bf16_and_gradients(name):
 def test_errors_name_the_argument(call, error, match):
     with pytest.raises(error, match=match):
         call(jnp.ones((6, 2, 8)))
+
+
+def attend_remapped(name, q, k, v, **kwargs):
+    """Self-Extend (G = 3, W = 5) or dual chunk attention (chunk 8, local 2, with
+    the logit factor) of unrotated q, k, v."""
+    if name == "self_extend":
+        return fp.self_extend_attention(
+            q, k, v, rope=ROPE, group_size=3, window=5, **kwargs
+        )
+    return fp.dual_chunk_attention(q, k, v, rope=ROPE, config=dca(8, 2, 8), **kwargs)
+
+
+@pytest.mark.parametrize("name", ["self_extend", "dual_chunk"])
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_grouped_kv_heads_equal_the_references_with_repeated_heads(name, kv_heads):
+    """k/v with K < N heads: q head h reads k/v head h // (N / K), as the float64
+    references with k/v repeated (a wrong grouping, h % K, differs)."""
+    q, k, v = qkv(29, heads=4, kv_heads=kv_heads, seed=2)
+    positions = np.arange(29)
+    got = jax.jit(
+        lambda q, k, v: attend_remapped(
+            name, q, k, v, q_positions=positions, block_q=8, block_k=4
+        )
+    )(q, k, v)
+    if name == "self_extend":
+        rk, rv = (np.repeat(x, 4 // kv_heads, axis=-2) for x in (k, v))
+        want = ref.self_extend(q, rk, rv, positions, 3, 5, 1 / np.sqrt(8))
+    else:
+        want = ref.vllm_dual_chunk_prefill(q, k, v, 8, 2, 8)  # repeats k/v itself
+    np.testing.assert_allclose(got, want, atol=2e-5)
+
+
+@pytest.mark.parametrize("name", ["self_extend", "dual_chunk"])
+def test_grouped_kv_heads_are_never_repeated(name):
+    """No array of the program has k/v's 20 keys with q's 4 heads: a jnp.repeat of
+    k/v (N / K times their memory) would."""
+    q, k, v = qkv(20, heads=4, kv_heads=1, seed=3)
+    kwargs = dict(q_positions=np.arange(17, 20), k_positions=np.arange(20))
+    if name == "dual_chunk":
+        kwargs["prompt_length"] = np.array(17)
+    jaxpr = jax.make_jaxpr(
+        lambda q, k, v: attend_remapped(name, q, k, v, block_k=8, **kwargs)
+    )(q[-3:], k, v)
+    assert not re.search(r"\[(\d+,)*20,4,\d+\]", str(jaxpr))
+
+
+@pytest.mark.parametrize("name", ["self_extend", "dual_chunk"])
+def test_causal_tile_skipping_follows_positions_and_changes_no_value(name):
+    """Tiles of 4 x 4 with keys stored in a shuffled order (their positions with
+    them) equal one tile over the keys in order: a tile is skipped only when every
+    pair in it is masked by the positions (skipping by index would drop keys), and
+    the skipped tiles change nothing."""
+    q, k, v = qkv(24, heads=4, kv_heads=2, seed=4)
+    positions = np.arange(24)
+    order = np.random.default_rng(0).permutation(24)
+    kwargs = dict(q_positions=positions, prompt_length=24)
+    if name == "self_extend":
+        del kwargs["prompt_length"]
+    whole = attend_remapped(
+        name, q, k, v, k_positions=positions, block_q=24, block_k=24, **kwargs
+    )
+    tiled = attend_remapped(
+        name, q, k[order], v[order], k_positions=order, block_q=4, block_k=4, **kwargs
+    )
+    np.testing.assert_allclose(tiled, whole, atol=2e-6)
+    program = jax.make_jaxpr(
+        lambda q: attend_remapped(name, q, k, v, block_q=4, block_k=4, **kwargs)
+    )(q)
+    assert "cond[" in str(program)  # the skip is there to be tested
+
+
+@pytest.mark.parametrize("name", ["self_extend", "dual_chunk"])
+def test_precision_reaches_both_matmuls(name):
+    """HIGHEST by default (float32 logits on every backend, as before the keyword),
+    the backend default with ``precision=None``."""
+    q, k, v = qkv(8)
+
+    def program(**kwargs):
+        return str(
+            jax.make_jaxpr(
+                lambda q, k, v: attend_remapped(
+                    name, q, k, v, q_positions=np.arange(8), **kwargs
+                )
+            )(q, k, v)
+        )
+
+    dots = re.findall(r"dot_general\[(.*?)\n\s*\]", program(), re.S)
+    assert len(dots) >= 3 and all("HIGHEST" in d for d in dots), dots
+    dots = re.findall(r"dot_general\[(.*?)\n\s*\]", program(precision=None), re.S)
+    assert len(dots) >= 3 and not any("HIGHEST" in d for d in dots), dots
