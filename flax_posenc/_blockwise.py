@@ -75,7 +75,7 @@ class Logits(Protocol):
     positions ``[B or 1, l]`` / ``[B or 1, s]`` (None without positions).
 
     A strategy may also define ``tile_cases(q_positions, k_positions) -> (index,
-    cases) | None``, as a bias may (:data:`flax_posenc.PositionBias`): the kernel
+    cases) | None``, as a bias may (:class:`flax_posenc.PositionBias`): the kernel
     then runs the tile's step with the strategy ``cases[index]``."""
 
     def __call__(
@@ -664,7 +664,7 @@ def _update(
     """One online-softmax step over the keys ``[k_start, k_start + block_k)``.
 
     A bias with a ``tile_cases(q_positions, k_positions) -> (index, cases)``
-    method (see :data:`flax_posenc.PositionBias`) picks, per tile, the case that
+    method (see :class:`flax_posenc.PositionBias`) picks, per tile, the case that
     is exact there; each case's step is its own branch, so its bias still fuses
     into the logits (a switch inside the bias would store its tile). A logits
     strategy with ``tile_cases`` (:class:`RemappedLogits`) is switched the same
