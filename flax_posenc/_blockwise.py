@@ -122,7 +122,7 @@ class RemappedLogits:
     forward but kept a three-tile cotangent, 225 instead of 161 MiB of gradient
     temp memory at ``L = 4096``).
 
-    :meth:`tile_cases` lets the kernel run a tile whose pairs all choose one pair
+    ``tile_cases`` lets the kernel run a tile whose pairs all choose one pair
     as that pair's matmul alone (most tiles, when the maps change every few
     hundred positions); only the tiles where the choice changes merge.
     """

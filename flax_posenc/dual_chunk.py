@@ -29,7 +29,7 @@ than ``T0`` unscaled.
 
 The three logits are merged per tile and folded into the online softmax of
 :func:`flax_posenc.blockwise_attention` (its
-:class:`~flax_posenc._blockwise.RemappedLogits` strategy: grouped k/v heads read
+``RemappedLogits`` strategy: grouped k/v heads read
 without a repeat, tiles above the causal diagonal skipped), which equals vLLM's three
 flash-attention calls merged by their log-sum-exp. (vLLM's sparse
 "critical" queries, ``sparse_attention_config``, are a speed device and are not

@@ -15,7 +15,7 @@ range at ``d = window`` and grows ``G`` times slower; the largest distance for a
 context ``C`` is about ``(C - window) / G + window``, inside ``T`` when ``C <= (T -
 window) G + window``. The two logits are merged per ``[block_q, block_k]`` tile and
 folded into the online softmax of :func:`flax_posenc.blockwise_attention` (its
-:class:`~flax_posenc._blockwise.RemappedLogits` strategy), so no ``[N, L, S]`` array
+``RemappedLogits`` strategy), so no ``[N, L, S]`` array
 is formed, grouped k/v heads are read without a repeat, and tiles above the causal
 diagonal are skipped.
 
