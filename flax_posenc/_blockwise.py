@@ -1,16 +1,15 @@
-"""Blockwise attention's checks and unchecked core (see :mod:`flax_posenc.blockwise`).
+"""Blockwise attention's unchecked kernel: the one online softmax of the package.
 
-Both entry points, :func:`flax_posenc.blockwise_attention` and the Flax-signature
-:func:`flax_posenc.blockwise_attention_fn`, check their arguments with
-:func:`check_options` and :func:`check_arrays`, then call :func:`attention`:
-:func:`prepare` turns the checked inputs into a :class:`Blocks` record (flattened
-batch, grouped heads, int32 rows, normalised mask, block sizes, scale), and
-:func:`online_softmax` walks query blocks and, inside each, key blocks. Every tile
-helper takes the record or its arrays as arguments.
+Every attention entry point checks its arguments into a
+:class:`flax_posenc._attention_spec.Spec` and calls :func:`attention` (or, on a ring,
+:mod:`flax_posenc._ring`): :func:`prepare` turns the checked inputs into a
+:class:`Blocks` record (flattened batch, grouped heads, int32 rows, normalised mask,
+block sizes, scale), and :func:`online_softmax` walks query blocks and, inside each,
+key blocks. Every tile helper takes the record or its arrays as arguments.
 
-Ring attention (:mod:`flax_posenc.context_parallel`) reuses the same tile step with the
-statistics carried between calls: :func:`init_stats`, then :func:`accumulate` once per
-key/value block that arrives, then :func:`normalise` and :func:`from_stats_layout`.
+Ring attention reuses the same tile step with the statistics carried between calls:
+:func:`init_stats`, then :func:`accumulate` once per key/value block that arrives,
+then :func:`normalise` and :func:`from_stats_layout`.
 
 A tile's logits come from the record's strategy (:class:`Logits`): :func:`dot_logits`
 for every entry point above; :class:`RemappedLogits` for Self-Extend and dual chunk
@@ -33,40 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from flax_posenc import _rope
+from flax_posenc._attention_spec import Arrays, Bias, Options, Spec, rotate
 from flax_posenc._eager import eager_compiled
-from flax_posenc._validation import (
-    check_bool,
-    check_broadcastable,
-    check_float_array,
-    check_integer_array,
-    check_positions,
-    check_positive_float,
-    check_positive_int,
-    check_rope_config,
-    obeys_positions_rule,
-)
-from flax_posenc.rope import RopeConfig
-
-Bias = Callable[[jax.Array, jax.Array], jax.Array]
-
-
-class Options(NamedTuple):
-    """Checked options that do not depend on the shapes of q/k/v."""
-
-    causal: bool
-    scale: float | None  # None: 1 / sqrt(H)
-    block_q: int
-    block_k: int
-
-
-class Arrays(NamedTuple):
-    """Checked position-like arguments, as given (not yet normalised)."""
-
-    q_positions: jax.Array | None
-    k_positions: jax.Array | None  # None with q_positions: q's
-    q_segment_ids: jax.Array | None
-    k_segment_ids: jax.Array | None  # None with q_segment_ids: q's
-    mask: Any  # broadcastable to [..., N, L, S]
 
 
 class Logits(Protocol):
@@ -203,101 +170,22 @@ class Tile(NamedTuple):
     keep: jax.Array | None  # bool [B or 1, K or 1, G or 1, block_q, block_k]
 
 
-def check_options(
-    *, bias: Any, causal: Any, scale: Any, block_q: Any, block_k: Any
-) -> Options:
-    """Checks the shape-free options and that ``bias`` is a function (or None)."""
-    causal = check_bool("causal", causal)
-    block_q = check_positive_int("block_q", block_q)
-    block_k = check_positive_int("block_k", block_k)
-    if scale is not None:
-        scale = check_positive_float("scale", scale)
-    if bias is not None and not callable(bias):
-        raise TypeError(
-            "`bias` must be a function of (q_positions, k_positions), e.g. "
-            f"fp.AlibiBias(num_heads), got {type(bias).__name__}. Hint: pass a "
-            "materialised [B, N, L, S] array to positional_attention_fn instead."
-        )
-    return Options(causal, scale, block_q, block_k)
-
-
-def check_arrays(
-    q: Any,
-    k: Any,
-    v: Any,
-    *,
-    bias: Bias | None,
-    causal: bool,
-    q_positions: Any,
-    k_positions: Any,
-    q_segment_ids: Any,
-    k_segment_ids: Any,
-    mask: Any,
-) -> Arrays:
-    """Checks q/k/v and, against their shapes, the bias heads, positions, segment
-    ids and mask."""
-    heads = _check_qkv(q, k, v)
-    bias_heads = getattr(bias, "num_heads", heads)
-    if bias is not None and bias_heads != heads:
-        raise ValueError(
-            f"`bias` has {bias_heads} heads, q has N = {heads}; they must match."
-        )
-    if (bias is not None or causal) and q_positions is None:
-        raise ValueError("`q_positions` is required with `bias` or `causal=True`.")
-    if q_positions is not None:
-        q_positions = check_positions(
-            "q_positions", q_positions, "q.shape[:-2]", q.shape[:-2]
-        )
-        if k_positions is None:
-            check_positions(
-                "q_positions (also k's, as k_positions is None)",
-                q_positions,
-                "k.shape[:-2]",
-                k.shape[:-2],
-            )
-        else:
-            k_positions = check_positions(
-                "k_positions", k_positions, "k.shape[:-2]", k.shape[:-2]
-            )
-    elif k_positions is not None:
-        raise ValueError("`k_positions` needs `q_positions`.")
-    if q_segment_ids is not None:
-        q_segment_ids = _check_segment_ids("q_segment_ids", q_segment_ids, q.shape[:-2])
-        if k_segment_ids is not None:
-            k_segment_ids = _check_segment_ids(
-                "k_segment_ids", k_segment_ids, k.shape[:-2]
-            )
-        elif k.shape[-3] != q.shape[-3]:
-            raise ValueError(
-                f"`k_segment_ids` is required when S ({k.shape[-3]}) != L "
-                f"({q.shape[-3]})."
-            )
-    elif k_segment_ids is not None:
-        raise ValueError("`k_segment_ids` needs `q_segment_ids`.")
-    if mask is not None:
-        _check_mask(mask, q.shape[:-3] + (heads, q.shape[-3], k.shape[-3]))
-    return Arrays(q_positions, k_positions, q_segment_ids, k_segment_ids, mask)
-
-
 def attention(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    arrays: Arrays,
-    bias: Bias | None,
-    options: Options,
-    precision: Any,
+    q: jax.Array, k: jax.Array, v: jax.Array, spec: Spec, precision: Any
 ) -> jax.Array:
-    """Blockwise attention of checked inputs, ``[..., L, N, Hv]`` in q's dtype.
+    """Blockwise attention of a checked spec, ``[..., L, N, Hv]`` in q's dtype: q and
+    k rotated by the spec's RoPE, then the online softmax.
 
     An eager call runs one compiled program per static configuration; under a
     transformation the kernel is traced inline (:mod:`flax_posenc._eager`).
     """
-    bias_arrays, bias_static = split_bias(bias)
-    operands = (q, k, v, arrays, bias_arrays)
+    q, k = rotate(q, k, spec)
+    bias_arrays, bias_static = split_bias(spec.bias)
+    operands = (q, k, v, spec.arrays, bias_arrays)
     if eager_compiled(operands, bias_static):
-        return _compiled_attention(*operands, bias_static, options, precision)
-    return online_softmax(prepare(q, k, v, arrays, options), bias, precision)
+        return _compiled_attention(*operands, bias_static, spec.options, precision)
+    blocks = prepare(q, k, v, spec.arrays, spec.options)
+    return online_softmax(blocks, spec.bias, precision)
 
 
 class BiasStatic(NamedTuple):
@@ -378,48 +266,6 @@ def prepare(
     )
 
 
-def check_remapped(
-    q: Any,
-    k: Any,
-    v: Any,
-    *,
-    q_positions: Any,
-    k_positions: Any,
-    rope: Any,
-    scale: Any,
-    block_q: Any,
-    block_k: Any,
-) -> tuple[Arrays, Options]:
-    """The checks of causal attention of unrotated q/k that ``rope`` rotates
-    (Self-Extend, dual chunk attention); the options' scale is filled in (the
-    copies of :func:`rotated_copies` widen q's features, not ``H``)."""
-    check_rope_config("rope", rope, RopeConfig)
-    options = check_options(
-        bias=None, causal=True, scale=scale, block_q=block_q, block_k=block_k
-    )
-    arrays = check_arrays(
-        q,
-        k,
-        v,
-        bias=None,
-        causal=True,
-        q_positions=q_positions,
-        k_positions=k_positions,
-        q_segment_ids=None,
-        k_segment_ids=None,
-        mask=None,
-    )
-    head_dim = q.shape[-1]
-    if head_dim != rope.head_dim:
-        raise ValueError(
-            f"`q` and `k` must have H = rope.head_dim ({rope.head_dim}), got H = "
-            f"{head_dim}. Hint: fp.RopeConfig(head_dim={head_dim}, ...)."
-        )
-    if options.scale is None:
-        options = options._replace(scale=1.0 / math.sqrt(head_dim))
-    return arrays, options
-
-
 def rotated_copies(
     x: jax.Array,
     positions: Sequence[jax.Array],
@@ -440,8 +286,8 @@ def rotated_copies(
 
 
 def remapped_positions(arrays: Arrays) -> tuple[jax.Array, jax.Array]:
-    """int32 q and k positions of :func:`check_remapped`'s arrays (k's None: q's),
-    as the caller gave them (leading axes not broadcast)."""
+    """int32 q and k positions of a checked spec's arrays (k's None: q's), as the
+    caller gave them (leading axes not broadcast)."""
     q_pos = jnp.asarray(arrays.q_positions, jnp.int32)
     k_pos = arrays.k_positions
     return q_pos, q_pos if k_pos is None else jnp.asarray(k_pos, jnp.int32)
@@ -457,8 +303,10 @@ def remapped_attention(
     precision: Any,
 ) -> jax.Array:
     """The kernel with the ``logits`` strategy over q and k copies (see
-    :func:`rotated_copies`); ``options.scale`` set. ``[..., L, N, Hv]`` in q's
-    dtype."""
+    :func:`rotated_copies`; the scale is of one copy, ``1 / sqrt(H)`` by default).
+    ``[..., L, N, Hv]`` in q's dtype."""
+    if options.scale is None:
+        options = options._replace(scale=1.0 / math.sqrt(logits.head_dim))
     blocks = prepare(q, k, v, arrays, options)._replace(logits=logits)
     return online_softmax(blocks, None, precision)
 
@@ -742,62 +590,6 @@ def _softmax_step(
     return new_max, denominator, acc * correction[..., None] + weighted
 
 
-def _check_qkv(q: Any, k: Any, v: Any) -> int:
-    """Validates q/k/v; returns q's number of heads ``N``."""
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        check_float_array(name, x)
-    if q.ndim < 3 or k.ndim != q.ndim or v.ndim != q.ndim:
-        raise ValueError(
-            "`q`, `k`, `v` must be [..., L, N, H], [..., S, K, H], [..., S, K, Hv] "
-            f"of one rank >= 3, got shapes {q.shape}, {k.shape}, {v.shape}."
-        )
-    length, heads, head_dim = q.shape[-3:]
-    keys, kv_heads = k.shape[-3:-1]
-    if (
-        k.shape[:-3] != q.shape[:-3]
-        or v.shape[:-3] != q.shape[:-3]
-        or v.shape[-3:-1] != (keys, kv_heads)
-        or k.shape[-1] != head_dim
-    ):
-        raise ValueError(
-            "`q`, `k`, `v` must be [..., L, N, H], [..., S, K, H], [..., S, K, Hv] "
-            f"with the same leading axes, got shapes {q.shape}, {k.shape}, {v.shape}."
-        )
-    if length == 0 or keys == 0:
-        raise ValueError(f"`q` and `k` need L, S >= 1, got L = {length}, S = {keys}.")
-    if kv_heads == 0 or heads % kv_heads:
-        raise ValueError(
-            f"q's heads N = {heads} must be a multiple of k/v's heads K = {kv_heads} "
-            "(grouped-query attention)."
-        )
-    return heads
-
-
-def _check_segment_ids(name: str, ids: Any, target: tuple[int, ...]) -> jax.Array:
-    ids = check_integer_array(name, ids)
-    if not obeys_positions_rule(tuple(ids.shape), tuple(target)):
-        raise ValueError(
-            f"`{name}` must be [..., {target[-1]}], one id per token, with leading "
-            f"axes that broadcast to {tuple(target[:-1])}; got shape {ids.shape}."
-        )
-    return ids
-
-
-def _check_mask(mask: Any, logits_shape: tuple[int, ...]) -> None:
-    """Raises unless ``mask`` is bool or numeric and broadcasts to the logits."""
-    dtype = getattr(mask, "dtype", None)
-    if dtype is None or not (
-        dtype == jnp.bool_
-        or jnp.issubdtype(dtype, jnp.integer)
-        or jnp.issubdtype(dtype, jnp.floating)
-    ):
-        raise TypeError(
-            "`mask` must be a bool or 0/1 numeric array (non-zero: attend), got "
-            f"{type(mask).__name__} of dtype {dtype}."
-        )
-    check_broadcastable("mask", mask.shape, "[..., N, L, S]", logits_shape)
-
-
 def _rows(x: jax.Array, batch_shape: tuple[int, ...]) -> jax.Array:
     """int32 ``[1, n]`` if shared by the batch, else ``[..., n]`` as ``[B, n]``."""
     x = x.astype(jnp.int32)
@@ -851,21 +643,8 @@ def _bias_tile(
     k_positions: jax.Array,
     logits_shape: tuple[int, ...],
 ) -> jax.Array:
-    """``bias`` of one tile, checked and shaped like the logits ``[B, K, G, l, s]``."""
-    batch, kv_heads, groups, rows, cols = logits_shape
-    tile = bias(q_positions, k_positions)
-    shape = tuple(getattr(tile, "shape", ()))
-    want = (kv_heads * groups, rows, cols)
-    if (
-        len(shape) < 3
-        or shape[-3:] != want
-        or len(shape) > 4
-        or (len(shape) == 4 and shape[0] not in (1, batch))
-    ):
-        raise ValueError(
-            f"`bias` must return [B, N, l, s] or [N, l, s] = {want} for positions "
-            f"[B, {rows}] and [B, {cols}], got shape {shape}."
-        )
-    check_float_array("bias(q_positions, k_positions)", tile)
-    tile = tile.reshape(-1, kv_heads, groups, rows, cols)
-    return tile.astype(jnp.float32)
+    """``bias`` of one tile (its shape checked with the spec) shaped like the logits
+    ``[B, K, G, l, s]``, float32."""
+    _, kv_heads, groups, rows, cols = logits_shape
+    tile = getattr(bias, "tile", bias)(q_positions, k_positions)
+    return tile.reshape(-1, kv_heads, groups, rows, cols).astype(jnp.float32)

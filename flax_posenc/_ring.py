@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -42,13 +42,6 @@ def axis_size(axis_name: Any) -> int:
 def ring_permutation(size: int) -> list[tuple[int, int]]:
     """``ppermute``'s pairs: device ``i`` sends to ``i + 1``."""
     return [(i, (i + 1) % size) for i in range(size)]
-
-
-def split_bias(bias: Bias | None) -> tuple[list[jax.Array], Callable[[list], Any]]:
-    """The bias's array leaves (differentiable, e.g. a T5 table) and a function that
-    rebuilds the bias from them; other leaves stay as they are."""
-    arrays, static = _blockwise.split_bias(bias)
-    return arrays, functools.partial(_blockwise.join_bias, static=static)
 
 
 def default_kv_chunks(blocks: Blocks) -> int:
@@ -93,6 +86,30 @@ def may_attend(blocks: Blocks) -> jax.Array | None:
     return jnp.any(keep)
 
 
+class RingStatic(NamedTuple):
+    """What of a ring call is not an array (``custom_vjp``'s static argument)."""
+
+    blocks: Blocks  # the static fields; its arrays are None (they are Operands)
+    bias: _blockwise.BiasStatic
+    axis_name: Any
+    size: int  # of the ring axis
+    precision: Any
+    kv_chunks: int
+
+
+class Operands(NamedTuple):
+    """The arrays of a ring call; the integer ones get float0 cotangents."""
+
+    q: jax.Array
+    k: jax.Array
+    v: jax.Array
+    q_positions: jax.Array | None
+    k_positions: jax.Array | None
+    q_segment_ids: jax.Array | None
+    k_segment_ids: jax.Array | None
+    bias: list  # the bias's array leaves (a T5 table, FIRE's MLP)
+
+
 def attention(
     blocks: Blocks,
     bias: Bias | None,
@@ -109,66 +126,53 @@ def attention(
     size = axis_size(axis_name)
     if size == 1:
         return _blockwise.online_softmax(blocks, bias, precision)
-    arrays, rebuild = split_bias(bias)
-    ring = functools.partial(
-        _ring, blocks, rebuild, axis_name, size, precision, kv_chunks
-    )  # static parts closed over; arrays are arguments
-    return ring(
-        blocks.q,
-        blocks.k,
-        blocks.v,
-        blocks.q_positions,
-        blocks.k_positions,
-        blocks.q_segment_ids,
-        blocks.k_segment_ids,
-        arrays,
+    bias_arrays, bias_static = _blockwise.split_bias(bias)
+    operands = Operands(
+        *(getattr(blocks, name) for name in Operands._fields[:-1]), bias_arrays
     )
+    template = blocks._replace(**{name: None for name in Operands._fields[:-1]})
+    static = RingStatic(template, bias_static, axis_name, size, precision, kv_chunks)
+    return _ring(static, operands)
 
 
-def _ring(blocks, rebuild, axis_name, size, precision, kv_chunks, *operands):
-    """``custom_vjp`` over the operands; ``blocks`` gives the static fields."""
+def _unpack(static: RingStatic, operands: Operands) -> tuple[Blocks, Any]:
+    """The local blocks and the bias of a ring call."""
+    arrays = {name: getattr(operands, name) for name in Operands._fields[:-1]}
+    bias = _blockwise.join_bias(operands.bias, static.bias)
+    return static.blocks._replace(**arrays), bias
 
-    def with_operands(operands: tuple) -> tuple[Blocks, Any]:
-        q, k, v, qp, kp, qs, ks, arrays = operands
-        new = blocks._replace(
-            q=q, k=k, v=v, q_positions=qp, k_positions=kp, q_segment_ids=qs,
-            k_segment_ids=ks,
-        )  # fmt: skip
-        return new, rebuild(arrays)
 
-    @jax.custom_vjp
-    def ring(*operands):
-        return forward(*operands)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _ring(static: RingStatic, operands: Operands) -> jax.Array:
+    return _ring_forward(static, operands)[0]
 
-    def forward(*operands):
-        local, bias = with_operands(operands)
-        stats = _forward_stats(local, bias, axis_name, size, precision, kv_chunks)
-        out = _blockwise.normalise(stats, local.q.dtype)
-        out = _blockwise.from_stats_layout(local, out)
-        safe = jnp.where(stats.denominator == 0.0, 1.0, stats.denominator)
-        lse = jnp.where(
-            stats.denominator == 0.0, -jnp.inf, stats.row_max + jnp.log(safe)
-        )
-        return out, (operands, out, lse)
 
-    def backward(residuals, d_out):
-        operands, out, lse = residuals
-        local, _ = with_operands(operands)
-        grads = _backward(
-            local, rebuild, operands[-1], axis_name, size, precision, kv_chunks,
-            out, lse, d_out,
-        )  # fmt: skip
-        d_q, d_k, d_v, d_arrays = grads
-        return (
-            d_q,
-            d_k,
-            d_v,
-            *(_int_zeros(x) for x in operands[3:7]),
-            d_arrays,
-        )
+def _ring_forward(
+    static: RingStatic, operands: Operands
+) -> tuple[jax.Array, tuple[Operands, jax.Array, jax.Array]]:
+    """The output and the residuals: the operands, the output and the row
+    log-sum-exp ``[Q, B, K, G, block_q]`` (-inf for a row with no key)."""
+    blocks, bias = _unpack(static, operands)
+    stats = _forward_stats(blocks, bias, static)
+    out = _blockwise.normalise(stats, blocks.q.dtype)
+    out = _blockwise.from_stats_layout(blocks, out)
+    safe = jnp.where(stats.denominator == 0.0, 1.0, stats.denominator)
+    lse = jnp.where(stats.denominator == 0.0, -jnp.inf, stats.row_max + jnp.log(safe))
+    return out, (operands, out, lse)
 
-    ring.defvjp(forward, backward)
-    return ring(*operands)
+
+def _ring_backward(
+    static: RingStatic,
+    residuals: tuple[Operands, jax.Array, jax.Array],
+    d_out: jax.Array,
+) -> tuple[Operands]:
+    operands, out, lse = residuals
+    d_q, d_k, d_v, d_bias = _backward(static, operands, out, lse, d_out)
+    ints = (_int_zeros(x) for x in operands[3:7])
+    return (Operands(d_q, d_k, d_v, *ints, d_bias),)
+
+
+_ring.defvjp(_ring_forward, _ring_backward)
 
 
 def _int_zeros(x: jax.Array | None) -> Any:
@@ -192,21 +196,16 @@ def _chunk(blocks: Blocks, index: jax.Array, kv_chunks: int) -> tuple:
     )
 
 
-def _forward_stats(
-    blocks: Blocks,
-    bias: Bias | None,
-    axis_name: Any,
-    size: int,
-    precision: Any,
-    kv_chunks: int,
-) -> Stats:
+def _forward_stats(blocks: Blocks, bias: Bias | None, static: RingStatic) -> Stats:
     """The statistics after every device's key/value block: per chunk, ``size - 1``
     permutes of each of k, v (and their positions and segment ids)."""
-    perm = ring_permutation(size)
+    perm = ring_permutation(static.size)
 
     def step(stats: Stats, kv: tuple) -> Stats:
         current = _with_keys(blocks, kv)
-        update = lambda s: _blockwise.accumulate_in_place(current, bias, precision, s)
+        update = lambda s: _blockwise.accumulate_in_place(
+            current, bias, static.precision, s
+        )
         allowed = may_attend(current)
         if allowed is None:
             return update(stats)
@@ -214,19 +213,19 @@ def _forward_stats(
 
     def body(_, carry):
         stats, kv = carry
-        incoming = jax.lax.ppermute(kv, axis_name, perm)  # overlaps the step
+        incoming = jax.lax.ppermute(kv, static.axis_name, perm)  # overlaps the step
         return step(stats, kv), incoming
 
     def around(index: jax.Array, stats: Stats) -> Stats:
         # The first step reads the local chunk; the loop then carries only received
         # ones (a loop carry initialised from an input would be one more copy).
-        kv = _chunk(blocks, index, kv_chunks)
-        incoming = jax.lax.ppermute(kv, axis_name, perm)
+        kv = _chunk(blocks, index, static.kv_chunks)
+        incoming = jax.lax.ppermute(kv, static.axis_name, perm)
         stats = step(stats, kv)
-        stats, kv = jax.lax.fori_loop(0, size - 2, body, (stats, incoming))
+        stats, kv = jax.lax.fori_loop(0, static.size - 2, body, (stats, incoming))
         return step(stats, kv)
 
-    return _over_chunks(kv_chunks, around, _blockwise.init_stats(blocks))
+    return _over_chunks(static.kv_chunks, around, _blockwise.init_stats(blocks))
 
 
 def _over_chunks(kv_chunks: int, around: Callable, init: Any) -> Any:
@@ -238,14 +237,21 @@ def _over_chunks(kv_chunks: int, around: Callable, init: Any) -> Any:
     return jax.lax.fori_loop(0, kv_chunks, around, init)
 
 
+class _Cotangents(NamedTuple):
+    """What the transposed ring needs at every step, float32 where it adds up."""
+
+    blocks: Blocks  # the local blocks
+    bias: list  # the bias's array leaves
+    static: RingStatic
+    starts: jax.Array  # int32 [Q], the query blocks' first rows
+    d_rows: jax.Array  # d_out as [B, L, K, G, Hv]
+    delta: jax.Array  # d_out . out, [B, L, K, G]
+    lse: jax.Array  # [Q, B, K, G, block_q]
+
+
 def _backward(
-    blocks: Blocks,
-    rebuild: Callable[[list], Any],
-    arrays: list,
-    axis_name: Any,
-    size: int,
-    precision: Any,
-    kv_chunks: int,
+    static: RingStatic,
+    operands: Operands,
     out: jax.Array,
     lse: jax.Array,
     d_out: jax.Array,
@@ -260,99 +266,127 @@ def _backward(
     in place and into the travelling ``dk``/``dv``.
     """
     f32 = jnp.float32
+    blocks, _ = _unpack(static, operands)
     batch, length, kv_heads, groups, _ = blocks.q.shape
-    block_q, value_dim = blocks.block_q, blocks.v.shape[-1]
-    starts = jnp.asarray(_blockwise.q_starts(length, block_q))
-    num_blocks = starts.shape[0]
-    overlap = num_blocks * block_q - length  # rows the last block shares
-    rows = (batch, length, kv_heads, groups, value_dim)
+    rows = (batch, length, kv_heads, groups, blocks.v.shape[-1])
     d_rows = d_out.reshape(rows).astype(f32)
-    delta = jnp.sum(d_rows * out.reshape(rows).astype(f32), axis=-1)  # [B, L, K, G]
-
-    def q_block_grads(kv: tuple, index: jax.Array, carry: tuple) -> tuple:
-        d_q, d_k, d_v, d_arrays = carry
-        k, v, kp, ks = kv
-        start = starts[index]
-        q_block = jax.lax.dynamic_slice_in_dim(blocks.q, start, block_q, axis=1)
-        d_acc = jax.lax.dynamic_slice_in_dim(d_rows, start, block_q, axis=1)
-        d_den = -jax.lax.dynamic_slice_in_dim(delta, start, block_q, axis=1)
-        if overlap:  # the last block's first rows belong to the block before
-            keep = (index < num_blocks - 1) | (jnp.arange(block_q) >= overlap)
-            d_acc = jnp.where(keep[None, :, None, None, None], d_acc, 0.0)
-            d_den = jnp.where(keep[None, :, None, None], d_den, 0.0)
-        zeros = jnp.zeros_like(lse[index])  # zero sums at row_max = lse
-        start_stats = Stats(
-            lse[index], zeros, jnp.zeros((*zeros.shape, value_dim), f32)
-        )
-
-        def sums(q_block, k, v, arrays):
-            current = _with_keys(blocks, (k, v, kp, ks))
-            stats = _blockwise.accumulate_block(
-                current, rebuild(arrays), precision, start, q_block, start_stats
-            )
-            return stats.acc, stats.denominator
-
-        _, vjp = jax.vjp(sums, q_block, k, v, arrays)
-        g_q, g_k, g_v, g_arrays = vjp(
-            (jnp.moveaxis(d_acc, 1, 3), jnp.moveaxis(d_den, 1, 3))
-        )
-        old = jax.lax.dynamic_slice_in_dim(d_q, start, block_q, axis=1)
-        d_q = jax.lax.dynamic_update_slice_in_dim(
-            d_q, old + g_q.astype(f32), start, axis=1
-        )
-        d_arrays = jax.tree_util.tree_map(jnp.add, d_arrays, g_arrays)
-        return d_q, d_k + g_k.astype(f32), d_v + g_v.astype(f32), d_arrays
-
-    def step(carry: tuple, kv: tuple) -> tuple:
-        d_q, (d_k, d_v), d_arrays = carry
-        run = lambda c: jax.lax.fori_loop(
-            0, num_blocks, functools.partial(q_block_grads, kv), c
-        )
-        state = (d_q, d_k, d_v, d_arrays)
-        allowed = may_attend(_with_keys(blocks, kv))
-        if allowed is None:
-            state = run(state)
-        else:
-            state = jax.lax.cond(allowed, run, lambda c: c, state)
-        return state[0], (state[1], state[2]), state[3]
-
-    perm = ring_permutation(size)
-
-    def body(_, carry):
-        grads, kv = carry
-        grads = step(grads, kv)
-        moved = jax.lax.ppermute((kv, grads[1]), axis_name, perm)
-        return (grads[0], moved[1], grads[2]), moved[0]
-
-    def around(index: jax.Array, carry: tuple) -> tuple:
-        """One chunk's transposed ring; its ``dk``/``dv`` come home into place."""
-        d_q, d_k, d_v, d_arrays = carry
-        kv = _chunk(blocks, index, kv_chunks)
-        travelling = (jnp.zeros(kv[0].shape, f32), jnp.zeros(kv[1].shape, f32))
-        # As the forward: the first step reads the local chunk, the loop carries
-        # received chunks only.
-        grads = body(0, ((d_q, travelling, d_arrays), kv))
-        grads, kv = jax.lax.fori_loop(1, size - 1, body, grads)
-        d_q, travelling, d_arrays = step(grads, kv)
-        g_k, g_v = jax.lax.ppermute(travelling, axis_name, perm)  # the last step home
-        start = index * kv[0].shape[1]
-        d_k = jax.lax.dynamic_update_slice_in_dim(d_k, g_k, start, axis=1)
-        d_v = jax.lax.dynamic_update_slice_in_dim(d_v, g_v, start, axis=1)
-        return d_q, d_k, d_v, d_arrays
-
+    context = _Cotangents(
+        blocks,
+        operands.bias,
+        static,
+        jnp.asarray(_blockwise.q_starts(length, blocks.block_q)),
+        d_rows,
+        jnp.sum(d_rows * out.reshape(rows).astype(f32), axis=-1),
+        lse,
+    )
     init = (
         jnp.zeros(blocks.q.shape, f32),
         jnp.zeros(blocks.k.shape, f32),
         jnp.zeros(blocks.v.shape, f32),
-        jax.tree_util.tree_map(jnp.zeros_like, arrays),
+        jax.tree_util.tree_map(jnp.zeros_like, operands.bias),
     )
-    d_q, d_k, d_v, d_arrays = _over_chunks(kv_chunks, around, init)
+    around = functools.partial(_transposed_ring, context)
+    d_q, d_k, d_v, d_bias = _over_chunks(static.kv_chunks, around, init)
     return (
         d_q.astype(blocks.q.dtype),
         d_k.astype(blocks.k.dtype),
         d_v.astype(blocks.v.dtype),
-        d_arrays,
+        d_bias,
     )
+
+
+def _transposed_ring(context: _Cotangents, index: jax.Array, carry: tuple) -> tuple:
+    """One chunk's transposed ring; its ``dk``/``dv`` come home into place."""
+    f32, static = jnp.float32, context.static
+    d_q, d_k, d_v, d_bias = carry
+    kv = _chunk(context.blocks, index, static.kv_chunks)
+    perm = ring_permutation(static.size)
+
+    def body(_, carry):
+        grads, kv = carry
+        grads = _grad_step(context, grads, kv)
+        moved = jax.lax.ppermute((kv, grads[1]), static.axis_name, perm)
+        return (grads[0], moved[1], grads[2]), moved[0]
+
+    travelling = (jnp.zeros(kv[0].shape, f32), jnp.zeros(kv[1].shape, f32))
+    # As the forward: the first step reads the local chunk, the loop carries
+    # received chunks only.
+    grads = body(0, ((d_q, travelling, d_bias), kv))
+    grads, kv = jax.lax.fori_loop(1, static.size - 1, body, grads)
+    d_q, travelling, d_bias = _grad_step(context, grads, kv)
+    g_k, g_v = jax.lax.ppermute(travelling, static.axis_name, perm)  # the last step
+    start = index * kv[0].shape[1]
+    d_k = jax.lax.dynamic_update_slice_in_dim(d_k, g_k, start, axis=1)
+    d_v = jax.lax.dynamic_update_slice_in_dim(d_v, g_v, start, axis=1)
+    return d_q, d_k, d_v, d_bias
+
+
+def _grad_step(context: _Cotangents, carry: tuple, kv: tuple) -> tuple:
+    """The gradients of one ring step (one key/value chunk), skipped when no query
+    may attend to it: ``(d_q, (d_k, d_v) travelling, d_bias)``."""
+    d_q, (d_k, d_v), d_bias = carry
+    num_blocks = context.starts.shape[0]
+    run = lambda c: jax.lax.fori_loop(
+        0, num_blocks, functools.partial(_q_block_grads, context, kv), c
+    )
+    state = (d_q, d_k, d_v, d_bias)
+    allowed = may_attend(_with_keys(context.blocks, kv))
+    if allowed is None:
+        state = run(state)
+    else:
+        state = jax.lax.cond(allowed, run, lambda c: c, state)
+    return state[0], (state[1], state[2]), state[3]
+
+
+def _q_block_grads(
+    context: _Cotangents, kv: tuple, index: jax.Array, carry: tuple
+) -> tuple:
+    """Query block ``index``'s VJP against the chunk ``kv``, added into
+    ``(d_q, d_k, d_v, d_bias)``."""
+    f32, blocks, static = jnp.float32, context.blocks, context.static
+    d_q, d_k, d_v, d_bias = carry
+    block_q, start = blocks.block_q, context.starts[index]
+    d_acc, d_den = _block_cotangents(context, index)
+    zeros = jnp.zeros_like(context.lse[index])  # zero sums at row_max = lse
+    value_dim = blocks.v.shape[-1]
+    start_stats = Stats(
+        context.lse[index], zeros, jnp.zeros((*zeros.shape, value_dim), f32)
+    )
+    k_positions, k_segment_ids = kv[2], kv[3]
+
+    def sums(q_block, k, v, bias_arrays):
+        current = _with_keys(blocks, (k, v, k_positions, k_segment_ids))
+        bias = _blockwise.join_bias(bias_arrays, static.bias)
+        stats = _blockwise.accumulate_block(
+            current, bias, static.precision, start, q_block, start_stats
+        )
+        return stats.acc, stats.denominator
+
+    q_block = jax.lax.dynamic_slice_in_dim(blocks.q, start, block_q, axis=1)
+    _, vjp = jax.vjp(sums, q_block, kv[0], kv[1], context.bias)
+    g_q, g_k, g_v, g_bias = vjp((jnp.moveaxis(d_acc, 1, 3), jnp.moveaxis(d_den, 1, 3)))
+    old = jax.lax.dynamic_slice_in_dim(d_q, start, block_q, axis=1)
+    d_q = jax.lax.dynamic_update_slice_in_dim(d_q, old + g_q.astype(f32), start, axis=1)
+    d_bias = jax.tree_util.tree_map(jnp.add, d_bias, g_bias)
+    return d_q, d_k + g_k.astype(f32), d_v + g_v.astype(f32), d_bias
+
+
+def _block_cotangents(
+    context: _Cotangents, index: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """The cotangents of query block ``index``'s ``(acc, denominator)``: ``d_out``
+    and ``-D`` of its rows, zero on the rows the last block shares with the one
+    before (they belong to that one)."""
+    block_q, start = context.blocks.block_q, context.starts[index]
+    num_blocks = context.starts.shape[0]
+    d_acc = jax.lax.dynamic_slice_in_dim(context.d_rows, start, block_q, axis=1)
+    d_den = -jax.lax.dynamic_slice_in_dim(context.delta, start, block_q, axis=1)
+    overlap = num_blocks * block_q - context.d_rows.shape[1]
+    if overlap:
+        keep = (index < num_blocks - 1) | (jnp.arange(block_q) >= overlap)
+        d_acc = jnp.where(keep[None, :, None, None, None], d_acc, 0.0)
+        d_den = jnp.where(keep[None, :, None, None], d_den, 0.0)
+    return d_acc, d_den
 
 
 def decode(

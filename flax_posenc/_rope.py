@@ -48,6 +48,36 @@ def shared_seq_len(positions: jax.Array, k_positions: jax.Array) -> jax.Array:
     )
 
 
+def rotate_qk(
+    q: jax.Array,
+    k: jax.Array,
+    positions: jax.Array,
+    k_positions: jax.Array | None,
+    config: Any,
+    seq_len: Any,
+    k_seq_len: Any,
+) -> tuple[jax.Array, jax.Array]:
+    """q and k rotated with one set of frequencies (checked inputs;
+    :func:`flax_posenc.apply_rope_qk`). ``k_positions`` None with ``k_seq_len`` None:
+    q's tables serve k; a ``seq_len``-dependent family without lengths uses
+    ``max(positions, k_positions) + 1`` for both."""
+    if k_positions is None and k_seq_len is None:
+        cos, sin = tables(positions, config, seq_len)
+        return rotate(q, cos, sin, config.layout), rotate(k, cos, sin, config.layout)
+    if k_positions is None:
+        k_positions = positions
+    if seq_len is None and k_seq_len is None and config.depends_on_seq_len:
+        seq_len = shared_seq_len(positions, k_positions)
+    q_cos, q_sin = tables(positions, config, seq_len)
+    k_cos, k_sin = tables(
+        k_positions, config, seq_len if k_seq_len is None else k_seq_len
+    )
+    return (
+        rotate(q, q_cos, q_sin, config.layout),
+        rotate(k, k_cos, k_sin, config.layout),
+    )
+
+
 def _host_seq_len(config: Any, seq_len: Any) -> int | None:
     """The ``seq_len`` exact angles' host frequencies depend on: a Python int for a
     ``seq_len``-dependent family (its frequencies are not known on the host

@@ -202,13 +202,23 @@ def check_integer_array(name: str, value: Any) -> jax.Array:
 def check_positions(
     name: str, positions: Any, target_name: str, target: tuple[int, ...]
 ) -> jax.Array:
-    """Integer positions ``[..., L]`` for an input whose leading shape is ``target``.
+    """Integer positions ``[..., L]`` for an input whose leading shape is ``target``
+    (:func:`check_integer_array`, then :func:`check_positions_shape`)."""
+    positions = check_integer_array(name, positions)
+    check_positions_shape(name, positions, target_name, target)
+    return positions
+
+
+def check_positions_shape(
+    name: str, positions: Any, target_name: str, target: tuple[int, ...]
+) -> None:
+    """Raises unless checked integer ``positions`` obey the positions rule for an
+    input whose leading shape is ``target``.
 
     The positions rule of the whole library: the trailing length axis equals the
     input's length exactly (a ``[1]`` does not stand for every token), only leading
     (batch) axes broadcast, and the result is never larger than the input.
     """
-    positions = check_integer_array(name, positions)
     target = tuple(target)
     shape = tuple(positions.shape)
     if not obeys_positions_rule(shape, target):
@@ -227,7 +237,6 @@ def check_positions(
             f"and leading axes that broadcast to {target_name} = {target}; got shape "
             f"{shape}. Hint: {hint}"
         )
-    return positions
 
 
 def obeys_positions_rule(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
@@ -287,18 +296,23 @@ def check_rotary_dim(rotary_dim: Any, head: int, head_name: str) -> int:
 
 
 def check_seq_len(
-    seq_len: Any, positions_name: str = "positions", positions_shape: Any = None
+    seq_len: Any,
+    positions_name: str = "positions",
+    positions_shape: Any = None,
+    *,
+    name: str = "seq_len",
 ) -> Any:
     """None, a positive int, or an integer array (traced or not) of per-token lengths
-    whose shape obeys the positions rule for ``positions_shape`` when given."""
+    whose shape obeys the positions rule for ``positions_shape`` when given
+    (:func:`check_seq_len_shape`)."""
     if seq_len is None:
         return None
     if isinstance(seq_len, (int, np.integer)) and not isinstance(seq_len, bool):
-        seq_len = check_positive_int("seq_len", seq_len)
+        seq_len = check_positive_int(name, seq_len)
         target = _graph_int()
         if seq_len > np.iinfo(target).max:  # it enters the graph as a `target` scalar
             raise ValueError(
-                f"`seq_len` must fit in {target} (at most {np.iinfo(target).max}), "
+                f"`{name}` must fit in {target} (at most {np.iinfo(target).max}), "
                 f"got {seq_len}. Hint: lengths past 2**31 need jax_enable_x64."
             )
         return seq_len
@@ -308,24 +322,40 @@ def check_seq_len(
     if dtype is None or not jnp.issubdtype(dtype, jnp.integer):
         shown = f"dtype {dtype}" if hasattr(seq_len, "dtype") else repr(seq_len)
         raise TypeError(
-            "`seq_len` must be a positive int, an int scalar or an integer array of "
+            f"`{name}` must be a positive int, an int scalar or an integer array of "
             f"per-token lengths, got {shown} ({type(seq_len).__name__}). Hint: "
-            "seq_len=<the sequence length> (e.g. 4096), or None for "
+            f"{name}=<the sequence length> (e.g. 4096), or None for "
             "max(positions) + 1."
         )
-    seq_len = check_integer_array("seq_len", seq_len)
-    if positions_shape is not None and seq_len.ndim:
-        if not obeys_positions_rule(seq_len.shape, tuple(positions_shape)):
-            raise ValueError(
-                f"A per-token `seq_len` must have the shape of {positions_name} "
-                f"{tuple(positions_shape)} (leading axes may broadcast), got shape "
-                f"{seq_len.shape}."
-            )
+    seq_len = check_integer_array(name, seq_len)
+    if positions_shape is not None:
+        check_seq_len_shape(seq_len, positions_name, positions_shape)
     return seq_len
 
 
+def check_seq_len_shape(
+    seq_len: Any, positions_name: str, positions_shape: Any
+) -> None:
+    """Raises unless a checked per-token ``seq_len`` (an array with axes) obeys the
+    positions rule for ``positions_name`` of shape ``positions_shape``; an int,
+    a scalar or None passes."""
+    if getattr(seq_len, "ndim", 0) and not obeys_positions_rule(
+        tuple(seq_len.shape), tuple(positions_shape)
+    ):
+        raise ValueError(
+            f"A per-token `seq_len` must have the shape of {positions_name} "
+            f"{tuple(positions_shape)} (leading axes may broadcast), got shape "
+            f"{seq_len.shape}."
+        )
+
+
 def check_seq_len_covers(
-    seq_len: Any, positions: Any, positions_name: str, config: Any
+    seq_len: Any,
+    positions: Any,
+    positions_name: str,
+    config: Any,
+    *,
+    name: str = "seq_len",
 ) -> None:
     """Raises where a concrete ``seq_len`` (checked) of a family whose frequencies
     follow it (dynamic NTK, LongRoPE) is not above a concrete position: transformers
@@ -343,10 +373,10 @@ def check_seq_len_covers(
         length = int(np.broadcast_to(lengths, short.shape)[at])
         position = int(np.broadcast_to(values, short.shape)[at])
         raise ValueError(
-            f"`seq_len` must exceed every position it serves for "
+            f"`{name}` must exceed every position it serves for "
             f"{type(config.scaling).__name__} (its frequencies follow the length, and "
             f"transformers forms them at max(position_ids) + 1), got seq_len {length} "
-            f"for a token of {positions_name} at {position}. Hint: seq_len=None for "
+            f"for a token of {positions_name} at {position}. Hint: {name}=None for "
             f"max({positions_name}) + 1, or the length the sequence has."
         )
 

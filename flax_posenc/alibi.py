@@ -145,4 +145,8 @@ class AlibiBias:
 
     def __call__(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
         """float32 ``[..., N, L, S]``, see :func:`alibi_bias`."""
-        return _alibi(*check_position_pairs(q_positions, k_positions), self.num_heads)
+        return self.tile(*check_position_pairs(q_positions, k_positions))
+
+    def tile(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
+        """The call on checked integer positions (the kernels' tiles)."""
+        return _alibi(q_positions, k_positions, self.num_heads)

@@ -27,20 +27,17 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from flax_posenc import _blockwise
 from flax_posenc._attention_fn import flax_signature
-from flax_posenc._validation import (
-    check_float_array,
-    check_integer_array,
-    check_rope_config,
-)
+from flax_posenc._attention_spec import check_call, check_settings, rotate, with_causal
+from flax_posenc._validation import check_float_array
 from flax_posenc.position_bias import PositionBias
-from flax_posenc.rope import RopeConfig, apply_rope_qk
+from flax_posenc.rope import RopeConfig
 from flax_posenc.rope_scaling import SeqLen
 
 __all__ = [
@@ -130,7 +127,13 @@ def positional_attention_fn(
         )
     if bias is not None:
         check_float_array("bias", bias)
-    rotation = _check_rotation(rope, q_positions, k_positions, seq_len, k_seq_len)
+    settings = check_settings(
+        q_positions=q_positions,
+        k_positions=k_positions,
+        rope=rope,
+        seq_len=seq_len,
+        k_seq_len=k_seq_len,
+    )
     if attention_fn is None:
         from flax import nnx  # here, so that importing flax_posenc needs no Flax
 
@@ -138,7 +141,9 @@ def positional_attention_fn(
 
     @functools.wraps(attention_fn)
     def attend(query, key, value, *args, **kwargs):
-        query, key = _rotate(query, key, rotation)
+        if settings.rotation is not None:
+            spec = check_call(settings, query, key, value)
+            query, key = rotate(query, key, spec)
         if bias is not None:
             logits_shape = query.shape[:-3] + (query.shape[-2], query.shape[-3])
             logits_shape += (key.shape[-3],)
@@ -223,27 +228,20 @@ def blockwise_attention_fn(
             "`q_positions` is required: blockwise attention computes its bias and "
             "causal mask from positions."
         )
-    rotation = _check_rotation(rope, q_positions, k_positions, seq_len, k_seq_len)
-    options = _blockwise.check_options(
-        bias=bias, causal=causal, scale=scale, block_q=block_q, block_k=block_k
+    settings = check_settings(
+        q_positions=q_positions,
+        k_positions=k_positions,
+        q_segment_ids=q_segment_ids,
+        k_segment_ids=k_segment_ids,
+        bias=bias,
+        rope=rope,
+        seq_len=seq_len,
+        k_seq_len=k_seq_len,
+        causal=causal,
+        scale=scale,
+        block_q=block_q,
+        block_k=block_k,
     )
-    segments = tuple(
-        None if ids is None else check_integer_array(name, ids)
-        for name, ids in (
-            ("q_segment_ids", q_segment_ids),
-            ("k_segment_ids", k_segment_ids),
-        )
-    )
-    return _flax_blockwise(rotation, bias, options, segments)
-
-
-def _flax_blockwise(
-    rotation: _Rotation,
-    bias: PositionBias | None,
-    options: _blockwise.Options,
-    segments: tuple[jax.Array | None, ...],
-) -> Callable[..., jax.Array]:
-    """Flax's ``attention_fn`` signature around the checked blockwise core."""
 
     def kernel(
         query: jax.Array,
@@ -254,66 +252,12 @@ def _flax_blockwise(
         is_causal: bool,
     ) -> jax.Array:
         """``blockwise_attention(RoPE(query), RoPE(key), value, mask=mask, ...)``."""
-        query, key = _rotate(query, key, rotation)
-        checked = options._replace(causal=True) if is_causal else options
-        arrays = _blockwise.check_arrays(
-            query,
-            key,
-            value,
-            bias=bias,
-            causal=checked.causal,
-            q_positions=rotation.q_positions,
-            k_positions=rotation.k_positions,
-            q_segment_ids=segments[0],
-            k_segment_ids=segments[1],
-            mask=mask,
-        )
-        return _blockwise.attention(query, key, value, arrays, bias, checked, precision)
+        spec = with_causal(settings, is_causal)
+        spec = check_call(spec, query, key, value, mask)
+        return _blockwise.attention(query, key, value, spec, precision)
 
     hint = "dropout_rate=0.0, or positional_attention_fn with a bias array."
     return flax_signature(kernel, "Blockwise attention", hint)
-
-
-class _Rotation(NamedTuple):
-    """RoPE of q and k (none without ``config``), with checked positions."""
-
-    config: RopeConfig | None
-    q_positions: jax.Array | None
-    k_positions: jax.Array | None
-    seq_len: SeqLen
-    k_seq_len: SeqLen
-
-
-def _check_rotation(
-    rope: Any, q_positions: Any, k_positions: Any, seq_len: Any, k_seq_len: Any
-) -> _Rotation:
-    """Checks the RoPE config and positions of both attention functions."""
-    if rope is not None:
-        check_rope_config("rope", rope, RopeConfig)
-        if q_positions is None:
-            raise ValueError("`q_positions` is required with `rope`.")
-    if q_positions is not None:
-        q_positions = check_integer_array("q_positions", q_positions)
-    if k_positions is not None:
-        k_positions = check_integer_array("k_positions", k_positions)
-    return _Rotation(rope, q_positions, k_positions, seq_len, k_seq_len)
-
-
-def _rotate(
-    query: jax.Array, key: jax.Array, rotation: _Rotation
-) -> tuple[jax.Array, jax.Array]:
-    """``(RoPE(query, q_positions), RoPE(key, k_positions))``, or both unchanged."""
-    if rotation.config is None or rotation.q_positions is None:
-        return query, key
-    return apply_rope_qk(
-        query,
-        key,
-        rotation.q_positions,
-        rotation.config,
-        k_positions=rotation.k_positions,
-        seq_len=rotation.seq_len,
-        k_seq_len=rotation.k_seq_len,
-    )
 
 
 @contextlib.contextmanager

@@ -36,6 +36,7 @@ from typing import Any
 import jax
 
 from flax_posenc import _blockwise
+from flax_posenc._attention_spec import check_spec
 from flax_posenc.alibi import AlibiBias
 from flax_posenc.position_bias import PositionBias
 from flax_posenc.relative import RelativeBias
@@ -138,19 +139,19 @@ def blockwise_attention(
     Reference: Dao et al., NeurIPS 2022; Press et al., ICLR 2022 (ALiBi); Raffel et
     al., JMLR 2020 (T5).
     """
-    options = _blockwise.check_options(
-        bias=bias, causal=causal, scale=scale, block_q=block_q, block_k=block_k
-    )
-    arrays = _blockwise.check_arrays(
+    spec = check_spec(
         q,
         k,
         v,
-        bias=bias,
-        causal=options.causal,
+        mask=mask,
         q_positions=q_positions,
         k_positions=k_positions,
         q_segment_ids=q_segment_ids,
         k_segment_ids=k_segment_ids,
-        mask=mask,
+        bias=bias,
+        causal=causal,
+        scale=scale,
+        block_q=block_q,
+        block_k=block_k,
     )
-    return _blockwise.attention(q, k, v, arrays, bias, options, precision)
+    return _blockwise.attention(q, k, v, spec, precision)

@@ -52,14 +52,19 @@ from jax.sharding import PartitionSpec as P
 
 from flax_posenc import _blockwise, _ring
 from flax_posenc._attention_fn import flax_signature
-from flax_posenc._eager import eager_compiled
-from flax_posenc._validation import (
-    check_integer_array,
-    check_positive_int,
-    check_rope_config,
+from flax_posenc._attention_spec import (
+    Arrays,
+    Spec,
+    check_call,
+    check_settings,
+    check_spec,
+    rotate,
+    with_causal,
 )
+from flax_posenc._eager import eager_compiled
+from flax_posenc._validation import check_positive_int
 from flax_posenc.position_bias import PositionBias
-from flax_posenc.rope import RopeConfig, apply_rope_qk
+from flax_posenc.rope import RopeConfig
 from flax_posenc.rope_scaling import SeqLen
 
 __all__ = [
@@ -160,10 +165,14 @@ def ring_attention(
       (1, 64, 4, 16)
     """
     _check_axis_name(axis_name, inside="ring_attention")
-    rotation, options, arrays, kv_chunks = _check_ring(
+    spec = check_spec(
         q,
         k,
         v,
+        q_positions=q_positions,
+        k_positions=k_positions,
+        q_segment_ids=q_segment_ids,
+        k_segment_ids=k_segment_ids,
         bias=bias,
         rope=rope,
         seq_len=seq_len,
@@ -171,43 +180,10 @@ def ring_attention(
         scale=scale,
         block_q=block_q,
         block_k=block_k,
-        kv_chunks=kv_chunks,
-        q_positions=q_positions,
-        k_positions=k_positions,
-        q_segment_ids=q_segment_ids,
-        k_segment_ids=k_segment_ids,
     )
-    return _local_ring(
-        q, k, v, arrays, bias, rotation, options, axis_name, precision, kv_chunks,
-        True,
-    )  # fmt: skip
-
-
-def _check_ring(
-    q: Any,
-    k: Any,
-    v: Any,
-    *,
-    bias: Any,
-    rope: Any,
-    seq_len: Any,
-    causal: Any,
-    scale: Any,
-    block_q: Any,
-    block_k: Any,
-    kv_chunks: Any,
-    **positions: Any,
-) -> tuple[_Rotation, _blockwise.Options, _blockwise.Arrays, int | None]:
-    """The checks both ring entry points share: RoPE, the blockwise options, the
-    arrays with their positions and segment ids (no ``mask``), and ``kv_chunks``."""
-    rotation = _check_rope(rope, positions["q_positions"], seq_len)
-    options = _blockwise.check_options(
-        bias=bias, causal=causal, scale=scale, block_q=block_q, block_k=block_k
-    )
-    arrays = _blockwise.check_arrays(
-        q, k, v, bias=bias, causal=options.causal, mask=None, **positions
-    )
-    return rotation, options, arrays, _check_kv_chunks(kv_chunks)
+    kv_chunks = _check_kv_chunks(kv_chunks)
+    spec = _global_seq_len(spec, axis_name)
+    return _local_ring(q, k, v, spec, axis_name, precision, kv_chunks)
 
 
 def _check_kv_chunks(kv_chunks: Any) -> int | None:
@@ -219,11 +195,6 @@ def _check_kv_chunks(kv_chunks: Any) -> int | None:
             f"got {kv_chunks!r} ({type(kv_chunks).__name__})."
         )
     return check_positive_int("kv_chunks", kv_chunks)
-
-
-class _Rotation(NamedTuple):
-    config: RopeConfig | None
-    seq_len: SeqLen
 
 
 # What to call instead, per function that runs inside shard_map, when called outside.
@@ -256,47 +227,46 @@ def _check_axis_name(axis_name: Any, *, inside: str | None) -> None:
             ) from None
 
 
-def _check_rope(rope: Any, q_positions: Any, seq_len: Any) -> _Rotation:
-    if rope is not None:
-        check_rope_config("rope", rope, RopeConfig)
-        if q_positions is None:
-            raise ValueError(
-                "`q_positions` is required with `rope`: the global position of "
-                "every token of the shard."
-            )
-    return _Rotation(rope, seq_len)
-
-
-def _rope_positions(arrays: Any) -> tuple[jax.Array, jax.Array]:
+def _rope_positions(arrays: Arrays) -> tuple[jax.Array, jax.Array]:
     """The q and k positions RoPE rotates by (k's default to q's)."""
     qp = arrays.q_positions
-    if qp is None:
-        raise ValueError("`q_positions` is required with `rope=`.")
+    assert qp is not None  # checked: rope needs q_positions
     return qp, qp if arrays.k_positions is None else arrays.k_positions
+
+
+def _needs_seq_len(spec: Spec) -> bool:
+    """Whether RoPE's frequencies follow a length that was not given."""
+    rotation = spec.rotation
+    return (
+        rotation is not None
+        and rotation.config.depends_on_seq_len
+        and rotation.seq_len is None
+    )
+
+
+def _global_seq_len(spec: Spec, axis_name: str) -> Spec:
+    """``spec`` with RoPE's default length the *global* ``max(positions) + 1``, the
+    maximum over the ring (one scalar all-reduce), never a shard's own."""
+    if not _needs_seq_len(spec):
+        return spec
+    qp, kp = _rope_positions(spec.arrays)
+    local = jnp.maximum(jnp.max(qp), jnp.max(kp))
+    length = jax.lax.pmax(local, axis_name) + 1
+    return spec._replace(rotation=spec.rotation._replace(seq_len=length))
 
 
 def _local_ring(
     q: jax.Array,
     k: jax.Array,
     v: jax.Array,
-    arrays: _blockwise.Arrays,
-    bias: PositionBias | None,
-    rotation: _Rotation,
-    options: _blockwise.Options,
+    spec: Spec,
     axis_name: str,
     precision: Any,
     kv_chunks: int | None,
-    global_seq_len: bool,
 ) -> jax.Array:
-    """RoPE (with the ring's global ``seq_len``), then the ring, on local shards."""
-    config, seq_len = rotation
-    if config is not None:
-        qp, kp = _rope_positions(arrays)
-        if seq_len is None and config.depends_on_seq_len and global_seq_len:
-            local = jnp.maximum(jnp.max(qp), jnp.max(kp))
-            seq_len = jax.lax.pmax(local, axis_name) + 1  # the global length
-        q, k = apply_rope_qk(q, k, qp, config, k_positions=kp, seq_len=seq_len)
-    blocks = _blockwise.prepare(q, k, v, arrays, options)
+    """RoPE, then the ring, on local shards."""
+    q, k = rotate(q, k, spec)
+    blocks = _blockwise.prepare(q, k, v, spec.arrays, spec.options)
     if kv_chunks is None:
         kv_chunks = _ring.default_kv_chunks(blocks)
     keys = blocks.k.shape[1]
@@ -307,7 +277,7 @@ def _local_ring(
             f"{keys}. Hint: a divisor of {keys}, e.g. kv_chunks={nearest}, or "
             "None to choose from the shapes."
         )
-    return _ring.attention(blocks, bias, axis_name, precision, kv_chunks)
+    return _ring.attention(blocks, spec.bias, axis_name, precision, kv_chunks)
 
 
 def sharded_ring_attention(
@@ -389,63 +359,39 @@ def sharded_ring_attention(
       >>> out.shape
       (2, 64, 4, 16)
     """
-    checked = _check_sharded(
+    _check_mesh(mesh, axis_name, batch_axis)
+    spec = check_spec(
         q,
         k,
         v,
-        mesh=mesh,
-        axis_name=axis_name,
-        batch_axis=batch_axis,
         q_positions=q_positions,
         k_positions=k_positions,
+        q_segment_ids=q_segment_ids,
+        k_segment_ids=k_segment_ids,
         bias=bias,
         rope=rope,
         seq_len=seq_len,
         causal=causal,
-        q_segment_ids=q_segment_ids,
-        k_segment_ids=k_segment_ids,
         scale=scale,
         block_q=block_q,
         block_k=block_k,
-        kv_chunks=kv_chunks,
     )
-    return _run_sharded(q, k, v, checked, precision)
+    mesh_call = _MeshCall(mesh, axis_name, batch_axis, _check_kv_chunks(kv_chunks))
+    _check_mesh_shapes(q, k, spec, mesh_call)
+    return _run_sharded(q, k, v, spec, mesh_call, precision)
 
 
-class _Sharded(NamedTuple):
-    """The checked arguments of the mesh wrappers."""
+class _MeshCall(NamedTuple):
+    """The checked mesh arguments of the mesh wrappers."""
 
     mesh: Mesh
     axis_name: str
     batch_axis: str | None
-    arrays: _blockwise.Arrays
-    bias: PositionBias | None
-    rotation: _Rotation
-    options: _blockwise.Options
     kv_chunks: int | None
 
 
-def _check_sharded(
-    q: Any,
-    k: Any,
-    v: Any,
-    *,
-    mesh: Any,
-    axis_name: Any,
-    batch_axis: Any,
-    q_positions: Any,
-    k_positions: Any,
-    bias: Any,
-    rope: Any,
-    seq_len: Any,
-    causal: Any,
-    q_segment_ids: Any,
-    k_segment_ids: Any,
-    scale: Any,
-    block_q: Any,
-    block_k: Any,
-    kv_chunks: Any,
-) -> _Sharded:
+def _check_mesh(mesh: Any, axis_name: Any, batch_axis: Any) -> None:
+    """``mesh`` a Mesh with ``axis_name`` and ``batch_axis`` (two different axes)."""
     if not isinstance(mesh, Mesh):
         raise TypeError(
             f"`mesh` must be a jax.sharding.Mesh, got {type(mesh).__name__}. Hint: "
@@ -462,29 +408,18 @@ def _check_sharded(
         raise ValueError(
             f"`batch_axis` must differ from `axis_name`, both are {axis_name!r}."
         )
-    rotation, options, arrays, kv_chunks = _check_ring(
-        q,
-        k,
-        v,
-        bias=bias,
-        rope=rope,
-        seq_len=seq_len,
-        causal=causal,
-        scale=scale,
-        block_q=block_q,
-        block_k=block_k,
-        kv_chunks=kv_chunks,
-        q_positions=q_positions,
-        k_positions=k_positions,
-        q_segment_ids=q_segment_ids,
-        k_segment_ids=k_segment_ids,
-    )
+
+
+def _check_mesh_shapes(q: Any, k: Any, spec: Spec, call: _MeshCall) -> None:
+    """Global ``[B, L, N, H]`` arrays that the mesh's axes divide; positions and
+    segment ids ``[L]`` or ``[B, L]``; one ``seq_len`` for every token."""
     if q.ndim != 4:
         raise ValueError(
             f"`q`, `k`, `v` must be [B, L, N, H] for a mesh, got rank {q.ndim} "
             f"(shape {q.shape}). Hint: reshape the leading axes into B, or call "
             "ring_attention inside your own shard_map."
         )
+    mesh, axis_name, batch_axis = call.mesh, call.axis_name, call.batch_axis
     size = mesh.shape[axis_name]
     for name, length in (("L", q.shape[1]), ("S", k.shape[1])):
         if length % size:
@@ -498,51 +433,45 @@ def _check_sharded(
             f"B = {q.shape[0]} must be a multiple of the size of `batch_axis` "
             f"{batch_axis!r} ({mesh.shape[batch_axis]})."
         )
-    for name in ("q_positions", "k_positions", "q_segment_ids", "k_segment_ids"):
-        ids = getattr(arrays, name)
+    for name, ids in spec.arrays._asdict().items():
         if ids is not None and ids.ndim > 2:
             raise ValueError(
                 f"`{name}` must be [L] or [B, L] for a mesh, got shape {ids.shape}."
             )
-    return _Sharded(
-        mesh, axis_name, batch_axis, arrays, bias, rotation, options, kv_chunks
-    )
+    if spec.rotation is not None and getattr(spec.rotation.seq_len, "ndim", 0):
+        raise ValueError(
+            "A per-token `seq_len` is not supported on a mesh; give an int or None."
+        )
 
 
 def _run_sharded(
-    q: jax.Array, k: jax.Array, v: jax.Array, checked: _Sharded, precision: Any
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    spec: Spec,
+    call: _MeshCall,
+    precision: Any,
 ) -> jax.Array:
     """``shard_map`` of :func:`_local_ring` over checked global arrays: compiled
     once per static configuration when called eagerly, inline under a
     transformation (:mod:`flax_posenc._eager`)."""
-    mesh, axis, batch_axis, arrays, bias, rotation, options, kv_chunks = checked
-    config, seq_len = rotation
-    if seq_len is not None and getattr(seq_len, "ndim", 0):
-        raise ValueError(
-            "A per-token `seq_len` is not supported on a mesh; give an int or None."
-        )
-    bias_arrays, bias_static = _blockwise.split_bias(bias)
+    mesh, axis, batch_axis = call.mesh, call.axis_name, call.batch_axis
+    bias_arrays, bias_static = _blockwise.split_bias(spec.bias)
     operands = {"q": q, "k": k, "v": v, "bias": bias_arrays}
     specs = {"q": P(batch_axis, axis), "k": P(batch_axis, axis)}
     specs |= {"v": P(batch_axis, axis), "bias": P()}
-    for name, ids in arrays._asdict().items():
+    for name, ids in spec.arrays._asdict().items():
         if ids is not None:
             operands[name] = ids
             rows = batch_axis if ids.ndim == 2 and ids.shape[0] > 1 else None
             specs[name] = P(axis) if ids.ndim == 1 else P(rows, axis)
-    if seq_len is not None and not isinstance(seq_len, int):
-        operands["seq_len"], specs["seq_len"] = jnp.asarray(seq_len), P()
-        seq_len = None
+    rotation = spec.rotation
+    if rotation is not None and rotation.seq_len is not None:
+        if not isinstance(rotation.seq_len, int):  # a scalar array: an operand
+            operands["seq_len"], specs["seq_len"] = jnp.asarray(rotation.seq_len), P()
+            rotation = rotation._replace(seq_len=None)
     static = _MeshStatic(
-        mesh,
-        axis,
-        batch_axis,
-        tuple(specs.items()),
-        bias_static,
-        _Rotation(config, seq_len),
-        options,
-        precision,
-        kv_chunks,
+        call, tuple(specs.items()), bias_static, rotation, spec.options, precision
     )
     operands = {name: _place(x, mesh, specs[name]) for name, x in operands.items()}
     if eager_compiled(operands, static):
@@ -553,50 +482,43 @@ def _run_sharded(
 class _MeshStatic(NamedTuple):
     """The static part of a mesh call: everything but the arrays."""
 
-    mesh: Mesh
-    axis: str
-    batch_axis: str | None
+    call: _MeshCall
     specs: tuple[tuple[str, Any], ...]  # (operand name, PartitionSpec)
     bias: _blockwise.BiasStatic
-    rotation: _Rotation  # seq_len: an int, or None (an array is an operand)
-    options: _blockwise.Options
+    rotation: Any  # Rotation | None; seq_len an int or None (an array is an operand)
+    options: Any  # Options
     precision: Any
-    kv_chunks: int | None
 
 
 def _mapped(operands: dict, static: _MeshStatic) -> jax.Array:
     """The ``shard_map`` of :func:`_local_ring` over the placed operands."""
-    specs = dict(static.specs)
-    config, seq_len = static.rotation
-    if config is not None and config.depends_on_seq_len and seq_len is None:
-        if "seq_len" not in operands:  # the global length, in the graph
-            shard = _blockwise.Arrays(*map(operands.get, _blockwise.Arrays._fields))
-            qp, kp = _rope_positions(shard)
-            length = jnp.maximum(jnp.max(qp), jnp.max(kp)) + 1
-            operands = operands | {"seq_len": _place(length, static.mesh, P())}
-            specs["seq_len"] = P()
+    call, specs = static.call, dict(static.specs)
+
+    def spec_of(operands: dict) -> Spec:
+        rotation = static.rotation
+        if rotation is not None and "seq_len" in operands:
+            rotation = rotation._replace(seq_len=operands["seq_len"])
+        arrays = Arrays(*map(operands.get, Arrays._fields))
+        bias = _blockwise.join_bias(operands["bias"], static.bias)
+        return Spec(arrays, bias, static.options, rotation)
+
+    if _needs_seq_len(spec_of(operands)):  # the global length, in the graph
+        qp, kp = _rope_positions(spec_of(operands).arrays)
+        length = jnp.maximum(jnp.max(qp), jnp.max(kp)) + 1
+        operands = operands | {"seq_len": _place(length, call.mesh, P())}
+        specs["seq_len"] = P()
 
     def local(operands: dict) -> jax.Array:
-        shard = _blockwise.Arrays(*map(operands.get, _blockwise.Arrays._fields))
+        q, k, v = operands["q"], operands["k"], operands["v"]
         return _local_ring(
-            operands["q"],
-            operands["k"],
-            operands["v"],
-            shard,
-            _blockwise.join_bias(operands["bias"], static.bias),
-            _Rotation(config, operands.get("seq_len", seq_len)),
-            static.options,
-            static.axis,
-            static.precision,
-            static.kv_chunks,
-            False,
+            q, k, v, spec_of(operands), call.axis_name, static.precision, call.kv_chunks
         )
 
     mapped = jax.shard_map(
         local,
-        mesh=static.mesh,
+        mesh=call.mesh,
         in_specs=(specs,),
-        out_specs=P(static.batch_axis, static.axis),
+        out_specs=P(call.batch_axis, call.axis_name),
         check_vma=False,
     )
     return mapped(operands)
@@ -688,33 +610,21 @@ def ring_attention_fn(
             "`q_positions` is required: ring attention computes its bias and causal "
             "mask from the global positions."
         )
-    _check_axis_name(axis_name, inside=None)
-    if not isinstance(mesh, Mesh):
-        raise TypeError(
-            f"`mesh` must be a jax.sharding.Mesh, got {type(mesh).__name__}. Hint: "
-            'jax.make_mesh((n,), ("seq",)).'
-        )
-    settings = {
-        "mesh": mesh,
-        "axis_name": axis_name,
-        "batch_axis": batch_axis,
-        "q_positions": check_integer_array("q_positions", q_positions),
-        "k_positions": k_positions,
-        "bias": bias,
-        "rope": rope,
-        "seq_len": seq_len,
-        "causal": causal,
-        "q_segment_ids": q_segment_ids,
-        "k_segment_ids": k_segment_ids,
-        "scale": scale,
-        "block_q": block_q,
-        "block_k": block_k,
-        "kv_chunks": _check_kv_chunks(kv_chunks),
-    }
-    _blockwise.check_options(
-        bias=bias, causal=causal, scale=scale, block_q=block_q, block_k=block_k
+    _check_mesh(mesh, axis_name, batch_axis)
+    settings = check_settings(
+        q_positions=q_positions,
+        k_positions=k_positions,
+        q_segment_ids=q_segment_ids,
+        k_segment_ids=k_segment_ids,
+        bias=bias,
+        rope=rope,
+        seq_len=seq_len,
+        causal=causal,
+        scale=scale,
+        block_q=block_q,
+        block_k=block_k,
     )
-    _check_rope(rope, q_positions, seq_len)
+    mesh_call = _MeshCall(mesh, axis_name, batch_axis, _check_kv_chunks(kv_chunks))
 
     def kernel(
         query: jax.Array,
@@ -731,9 +641,9 @@ def ring_attention_fn(
                 "would need the whole [L, S] on every device. Hint: causal=True for "
                 "a causal mask, q_segment_ids for packing and padding."
             )
-        options = dict(settings, causal=settings["causal"] or is_causal)
-        checked = _check_sharded(query, key, value, **options)
-        return _run_sharded(query, key, value, checked, precision)
+        spec = check_call(with_causal(settings, is_causal), query, key, value)
+        _check_mesh_shapes(query, key, spec, mesh_call)
+        return _run_sharded(query, key, value, spec, mesh_call, precision)
 
     return flax_signature(kernel, "Ring attention", "dropout_rate=0.0.")
 
@@ -802,23 +712,20 @@ def sharded_kv_cache_attention(
       (1, 1, 4, 16)
     """
     _check_axis_name(axis_name, inside="sharded_kv_cache_attention")
-    options = _blockwise.check_options(
-        bias=bias, causal=causal, scale=scale, block_q=512, block_k=block_k
-    )
-    arrays = _blockwise.check_arrays(
+    spec = check_spec(
         q,
         k,
         v,
-        bias=bias,
-        causal=options.causal,
+        mask=mask,
         q_positions=q_positions,
         k_positions=k_positions,
-        q_segment_ids=None,
-        k_segment_ids=None,
-        mask=mask,
+        bias=bias,
+        causal=causal,
+        scale=scale,
+        block_k=block_k,
     )
-    blocks = _blockwise.prepare(q, k, v, arrays, options)
-    return _ring.decode(blocks, bias, axis_name, precision)
+    blocks = _blockwise.prepare(q, k, v, spec.arrays, spec.options)
+    return _ring.decode(blocks, spec.bias, axis_name, precision)
 
 
 def load_balanced_permutation(seq_len: int, num_shards: int) -> np.ndarray:

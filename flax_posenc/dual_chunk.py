@@ -52,6 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flax_posenc import _blockwise
+from flax_posenc._attention_spec import Arrays, Options, check_spec
 from flax_posenc._eager import jit_when_eager
 from flax_posenc._validation import (
     check_integer_array,
@@ -264,13 +265,15 @@ def dual_chunk_attention(
     Reference: An et al., ICML 2024; vLLM's dual chunk attention.
     """
     _check_config(config)
-    arrays, options = _blockwise.check_remapped(
+    spec = check_spec(
         q,
         k,
         v,
         q_positions=q_positions,
         k_positions=k_positions,
         rope=rope,
+        rope_required=True,
+        causal=True,
         scale=scale,
         block_q=block_q,
         block_k=block_k,
@@ -280,11 +283,11 @@ def dual_chunk_attention(
         q,
         k,
         v,
-        arrays,
+        spec.arrays,
         prompt,
         rope=rope,
         config=config,
-        options=options,
+        options=spec.options,
         precision=precision,
     )
 
@@ -353,12 +356,12 @@ def _dual_chunk(
     q: jax.Array,
     k: jax.Array,
     v: jax.Array,
-    arrays: _blockwise.Arrays,
+    arrays: Arrays,
     prompt: jax.Array | None,
     *,
     rope: RopeConfig,
     config: DualChunkAttentionConfig,
-    options: _blockwise.Options,
+    options: Options,
     precision: Any,
 ) -> jax.Array:
     q_pos, k_pos = _blockwise.remapped_positions(arrays)

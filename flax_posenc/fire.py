@@ -367,7 +367,10 @@ class FireBias:
 
     def __call__(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
         """float32 ``[..., N, L, S]``, see :func:`flax_posenc.fire_bias`."""
-        q_positions, k_positions = check_position_pairs(q_positions, k_positions)
+        return self.tile(*check_position_pairs(q_positions, k_positions))
+
+    def tile(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
+        """The call on checked integer positions (the kernels' tiles)."""
         return _fire(
             q_positions, k_positions, self.params, self.init_threshold, self.eps
         )
@@ -380,8 +383,7 @@ class FireBias:
         change sign over the tile's range of ``u``, at most ``_WINDOWS[i]`` of
         them (2 or 8); the last case is the whole MLP. ``index`` picks the first
         that holds them. Each ignores the positions it is called with: all are
-        this tile's."""
-        q_positions, k_positions = check_position_pairs(q_positions, k_positions)
+        this tile's. The kernels call it on their checked int32 positions."""
         f32 = _as_float32(self.params)
         u = _normalised_distance(
             q_positions, k_positions, f32, self.init_threshold, self.eps

@@ -232,7 +232,10 @@ class KerpleBias:
 
     def __call__(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
         """float32 ``[..., N, L, S]``, see :func:`flax_posenc.kerple_bias`."""
-        q_positions, k_positions = check_position_pairs(q_positions, k_positions)
+        return self.tile(*check_position_pairs(q_positions, k_positions))
+
+    def tile(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
+        """The call on checked integer positions (the kernels' tiles)."""
         return _kerple(
             q_positions,
             k_positions,

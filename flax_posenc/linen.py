@@ -143,19 +143,46 @@ class LearnedPositionalEmbedding(nn.Module):
 
 
 class RotaryEmbedding(nn.Module):
-    """Rotates queries and keys with :func:`flax_posenc.rope_rotate` (RoPE).
+    """Rotates queries and keys with RoPE: calls :func:`flax_posenc.apply_rope_qk`.
 
-    ``module(q, k, positions, k_positions=None)`` returns the rotated ``(q, k)``, in
-    their dtypes. ``q: [..., L, N, H]``, ``k: [..., S, N, H]``, ``positions: int
-    [..., L]``. Without ``k_positions`` (self-attention, ``S = L``) one cos/sin table
-    serves both. For KV-cache decoding pass ``k_positions: int [..., S]`` (e.g. the
-    new keys' positions, or ``arange(S)`` for a whole cache); dynamic NTK and LongRoPE
-    then use ``seq_len = max(positions, k_positions) + 1`` for both, so q and k share
-    frequencies; pass a fixed ``seq_len`` so every decode step uses the same ones.
-    No parameters.
+    ``module(q, k, positions, k_positions=None, seq_len=None, k_seq_len=None)``
+    returns the rotated ``(q, k)``, in their dtypes. ``q: [..., L, N, H]``, ``k:
+    [..., S, K, H]`` (``K`` kv heads), ``positions: int [..., L]``. Without
+    ``k_positions`` (self-attention, ``S = L``) one cos/sin table serves both. For
+    KV-cache decoding pass ``k_positions: int [..., S]`` (e.g. the new keys'
+    positions, or ``arange(S)`` for a whole cache); dynamic NTK and LongRoPE then use
+    ``seq_len = max(positions, k_positions) + 1`` for both, so q and k share
+    frequencies; pass a fixed ``seq_len`` so every decode step uses the same ones,
+    and ``k_seq_len`` to give k its own (None means ``seq_len``), e.g. the per-key
+    lengths of :func:`flax_posenc.hf_decode_seq_lens`. For q or k alone use
+    :func:`flax_posenc.apply_rope`. No parameters.
 
     Attributes:
       config: the :class:`flax_posenc.RopeConfig`.
+
+    Examples:
+      >>> from flax_posenc import linen as plinen
+      >>> module = plinen.RotaryEmbedding(fp.RopeConfig(head_dim=64))
+      >>> q = jnp.ones((2, 16, 8, 64))  # [B, L, N, H]
+      >>> k = jnp.ones((2, 16, 2, 64))  # [B, S, K, H], 2 kv heads
+      >>> q_rot, k_rot = module.apply({}, q, k, jnp.arange(16))
+      >>> q_rot.shape, k_rot.shape
+      ((2, 16, 8, 64), (2, 16, 2, 64))
+
+      A decode step of dynamic NTK as transformers runs it, each cached key rotated
+      at its own length:
+
+      >>> config = fp.RopeConfig(head_dim=8, scaling=fp.DynamicNTKScaling(
+      ...     factor=2.0, original_max_position_embeddings=4))
+      >>> positions, k_positions = jnp.array([7]), jnp.arange(8)
+      >>> seq_len, k_seq_len = fp.hf_decode_seq_lens(config, positions, k_positions,
+      ...     prompt_length=3)
+      >>> k_seq_len.tolist()
+      [3, 3, 3, 4, 5, 6, 7, 8]
+      >>> q, k = plinen.RotaryEmbedding(config).apply({}, jnp.ones((1, 2, 8)),
+      ...     jnp.ones((8, 2, 8)), positions, k_positions, seq_len, k_seq_len)
+      >>> q.shape, k.shape
+      ((1, 2, 8), (8, 2, 8))
     """
 
     config: RopeConfig
@@ -167,9 +194,16 @@ class RotaryEmbedding(nn.Module):
         positions: jax.Array,
         k_positions: jax.Array | None = None,
         seq_len: SeqLen = None,
+        k_seq_len: SeqLen = None,
     ) -> tuple[jax.Array, jax.Array]:
         return apply_rope_qk(
-            q, k, positions, self.config, k_positions=k_positions, seq_len=seq_len
+            q,
+            k,
+            positions,
+            self.config,
+            k_positions=k_positions,
+            seq_len=seq_len,
+            k_seq_len=k_seq_len,
         )
 
 

@@ -25,6 +25,7 @@ from flax_posenc._validation import (
     check_choice,
     check_positive_float,
     check_positive_int,
+    check_rope_config,
 )
 from flax_posenc.alibi import AlibiBias
 from flax_posenc.cope import cope_bias
@@ -147,14 +148,21 @@ class LearnedPositionalEmbedding(nnx.Module):
 
 
 class RotaryEmbedding(nnx.Module):
-    """Rotates queries and keys with :func:`flax_posenc.rope_rotate` (RoPE).
+    """Rotates queries and keys with RoPE: calls :func:`flax_posenc.apply_rope_qk`.
 
     See :class:`flax_posenc.linen.RotaryEmbedding`.
+
+    Examples:
+      >>> from flax_posenc import nnx as pnnx
+      >>> rope = pnnx.RotaryEmbedding(fp.RopeConfig(head_dim=64))
+      >>> q = jnp.ones((2, 1, 8, 64))  # [B, L, N, H]: one decode step
+      >>> k = jnp.ones((2, 16, 2, 64))  # [B, S, K, H]: the whole cache, 2 kv heads
+      >>> q, k = rope(q, k, jnp.full((2, 1), 15), jnp.arange(16))
+      >>> q.shape, k.shape
+      ((2, 1, 8, 64), (2, 16, 2, 64))
     """
 
     def __init__(self, config: RopeConfig):
-        from flax_posenc._validation import check_rope_config
-
         check_rope_config("config", config, RopeConfig)
         self.config = config
 
@@ -165,9 +173,16 @@ class RotaryEmbedding(nnx.Module):
         positions: jax.Array,
         k_positions: jax.Array | None = None,
         seq_len: SeqLen = None,
+        k_seq_len: SeqLen = None,
     ) -> tuple[jax.Array, jax.Array]:
         return apply_rope_qk(
-            q, k, positions, self.config, k_positions=k_positions, seq_len=seq_len
+            q,
+            k,
+            positions,
+            self.config,
+            k_positions=k_positions,
+            seq_len=seq_len,
+            k_seq_len=k_seq_len,
         )
 
 

@@ -27,7 +27,10 @@ class PositionBias(Protocol):
     of the first tile). :class:`flax_posenc.AlibiBias`,
     :class:`flax_posenc.RelativeBias`, :class:`flax_posenc.KerpleBias` and
     :class:`flax_posenc.FireBias` are the library's; every bias module hands out its
-    own with ``position_bias()``.
+    own with ``position_bias()``; they also define ``tile(q_positions,
+    k_positions)``, the same function without the checks of its positions, which
+    the kernels call on their checked int32 tile positions (a bias without it is
+    called itself).
     """
 
     @property

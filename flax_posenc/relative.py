@@ -288,10 +288,15 @@ class RelativeBias:
 
     def __call__(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
         """``[..., N, L, S]`` in ``table.dtype``, see :func:`relative_position_bias`."""
+        return self.tile(*check_position_pairs(q_positions, k_positions))
+
+    def tile(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
+        """The call on checked integer positions (the kernels' tiles)."""
         buckets = self.table.shape[0] // (2 if self.bidirectional else 1)
         return _bias(
             self.table,
-            *check_position_pairs(q_positions, k_positions),
+            q_positions,
+            k_positions,
             buckets,
             self.max_distance,
             self.bidirectional,

@@ -37,11 +37,13 @@ from flax_posenc._validation import (
     check_heads_array,
     check_integer_array,
     check_positions,
+    check_positions_shape,
     check_positive_int,
     check_rope_config,
     check_rotary_dim,
     check_seq_len,
     check_seq_len_covers,
+    check_seq_len_shape,
     obeys_positions_rule,
 )
 from flax_posenc.rope_scaling import RopeFrequencies, RopeScaling, SeqLen
@@ -401,42 +403,37 @@ def apply_rope_qk(
     check_heads_array("q", q, config.head_dim)
     check_heads_array("k", k, config.head_dim)
     positions = check_positions("positions", positions, "q.shape[:-2]", q.shape[:-2])
+    seq_len = check_seq_len(seq_len, "positions", positions.shape)
     if k_positions is None and k_seq_len is None:
-        check_positions(
+        check_positions_shape(
             "positions (also k's, as k_positions is None)",
             positions,
             "k.shape[:-2]",
             k.shape[:-2],
         )
-        seq_len = check_seq_len(seq_len, "positions", positions.shape)
         check_seq_len_covers(seq_len, positions, "positions", config)
-        cos, sin = _rope.tables(positions, config, seq_len)
-        return (
-            _rope.rotate(q, cos, sin, config.layout),
-            _rope.rotate(k, cos, sin, config.layout),
-        )
+        return _rope.rotate_qk(q, k, positions, None, config, seq_len, None)
     if k_positions is None:
+        check_positions_shape("k_positions", positions, "k.shape[:-2]", k.shape[:-2])
         k_positions = positions
-    k_positions = check_positions(
-        "k_positions", k_positions, "k.shape[:-2]", k.shape[:-2]
-    )
-    seq_len = check_seq_len(seq_len, "positions", positions.shape)
+    else:
+        k_positions = check_positions(
+            "k_positions", k_positions, "k.shape[:-2]", k.shape[:-2]
+        )
     if k_seq_len is not None:
-        k_seq_len = check_seq_len(k_seq_len, "k_positions", k_positions.shape)
-    elif seq_len is None and config.depends_on_seq_len:
-        seq_len = _rope.shared_seq_len(positions, k_positions)
-    if k_seq_len is None:
-        k_seq_len = seq_len
-        if getattr(seq_len, "ndim", 0):
-            check_seq_len(seq_len, "k_positions", k_positions.shape)
+        k_seq_len = check_seq_len(
+            k_seq_len, "k_positions", k_positions.shape, name="k_seq_len"
+        )
+    else:
+        check_seq_len_shape(seq_len, "k_positions", k_positions.shape)
     check_seq_len_covers(seq_len, positions, "positions", config)
-    check_seq_len_covers(k_seq_len, k_positions, "k_positions", config)
-    q_cos, q_sin = _rope.tables(positions, config, seq_len)
-    k_cos, k_sin = _rope.tables(k_positions, config, k_seq_len)
-    return (
-        _rope.rotate(q, q_cos, q_sin, config.layout),
-        _rope.rotate(k, k_cos, k_sin, config.layout),
-    )
+    if k_seq_len is None:
+        check_seq_len_covers(seq_len, k_positions, "k_positions", config)
+    else:
+        check_seq_len_covers(
+            k_seq_len, k_positions, "k_positions", config, name="k_seq_len"
+        )
+    return _rope.rotate_qk(q, k, positions, k_positions, config, seq_len, k_seq_len)
 
 
 def rope_permute_layout(

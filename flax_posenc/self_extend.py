@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from flax_posenc import _blockwise
+from flax_posenc._attention_spec import Arrays, Options, check_spec
 from flax_posenc._eager import jit_when_eager
 from flax_posenc._validation import check_positive_int
 from flax_posenc.rope import RopeConfig
@@ -101,13 +102,15 @@ def self_extend_attention(
     """
     group_size = check_positive_int("group_size", group_size)
     window = check_positive_int("window", window)
-    arrays, options = _blockwise.check_remapped(
+    spec = check_spec(
         q,
         k,
         v,
         q_positions=q_positions,
         k_positions=k_positions,
         rope=rope,
+        rope_required=True,
+        causal=True,
         scale=scale,
         block_q=block_q,
         block_k=block_k,
@@ -116,11 +119,11 @@ def self_extend_attention(
         q,
         k,
         v,
-        arrays,
+        spec.arrays,
         rope=rope,
         group_size=group_size,
         window=window,
-        options=options,
+        options=spec.options,
         precision=precision,
     )
 
@@ -130,12 +133,12 @@ def _self_extend(
     q: jax.Array,
     k: jax.Array,
     v: jax.Array,
-    arrays: _blockwise.Arrays,
+    arrays: Arrays,
     *,
     rope: RopeConfig,
     group_size: int,
     window: int,
-    options: _blockwise.Options,
+    options: Options,
     precision: Any,
 ) -> jax.Array:
     q_pos, k_pos = _blockwise.remapped_positions(arrays)

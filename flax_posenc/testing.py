@@ -374,6 +374,96 @@ def _default_rtol(dtype: Any, angle_precision: str, offset: int, position: int):
     )
 
 
+def _check_shift_arguments(
+    rotate: Any,
+    q: Any,
+    k: Any,
+    positions: Any,
+    offsets: Any,
+    rtol: Any,
+    angle_precision: Any,
+) -> tuple[np.ndarray, list[int], float | None]:
+    """Checks the arguments of :func:`assert_shift_invariance`; returns the checked
+    ``positions``, ``offsets`` and ``rtol``."""
+    _check_callable("rotate", rotate)
+    _check_heads(q, k)
+    positions = _check_positions("positions", positions)
+    length = q.shape[-3]
+    try:
+        broadcast = np.broadcast_shapes(positions.shape, q.shape[:-2])
+    except ValueError:
+        broadcast = None
+    if positions.shape[-1] != length or broadcast != tuple(q.shape[:-2]):
+        raise ValueError(
+            f"`positions` must be [..., L] with L = {length}, broadcastable to "
+            f"q.shape[:-2] = {tuple(q.shape[:-2])}, got shape {positions.shape}."
+        )
+    offsets = _check_offsets(offsets, positions)
+    if rtol is not None:
+        rtol = check_positive_float("rtol", rtol)
+        if rtol > LARGEST_RTOL:
+            raise ValueError(
+                f"`rtol` must be at most LARGEST_RTOL = {LARGEST_RTOL}, got {rtol}: a "
+                "check that lets a shift move a score by more than |q_m| |k_l| / 8 "
+                "would pass encodings that are not shift invariant."
+            )
+    check_choice("angle_precision", angle_precision, ANGLE_PRECISIONS)
+    return positions, offsets, rtol
+
+
+def _rotated(
+    rotate: RotateFn, x: jax.Array, positions: np.ndarray
+) -> tuple[np.ndarray, np.dtype]:
+    """``rotate(x, positions)`` in float64, and its dtype; asserts ``x``'s shape."""
+    out = rotate(x, jax.numpy.asarray(positions))
+    chex.assert_equal_shape([x, out])
+    return np.asarray(out, np.float64), np.dtype(out.dtype)
+
+
+def _largest_position(positions: np.ndarray, offset: int) -> int:
+    """``P_o = max(|p|, |p + o|)`` over ``positions``."""
+    return max(int(np.max(np.abs(positions))), int(np.max(np.abs(positions + offset))))
+
+
+def _score_shift_error(
+    offset: int,
+    deviation: float,
+    tolerance: float,
+    *,
+    worst: tuple[int, ...],
+    largest: int,
+    default_rtol: bool,
+    angle_precision: str,
+) -> AssertionError:
+    """The failure of :func:`assert_shift_invariance` at ``offset``: the largest
+    deviation, where (``worst``: batch..., head, query, key) and the tolerance."""
+    *batch, head, query, key = worst
+    where = f"head {head}, query {query}, key {key}" + (
+        f", batch index {tuple(batch)}" if batch else ""
+    )
+    sized = (
+        f" (sized by the largest position, {largest}, and "
+        f"angle_precision={angle_precision!r})"
+        if default_rtol
+        else ""
+    )
+    if default_rtol and angle_precision == "exact":
+        sized += (
+            ". That tolerance assumes exact angles: if `rotate` forms float32 "
+            "angles (RopeConfig's default angle_precision='float32'), that "
+            "alone fails it; pass angle_precision='float32' here, or build "
+            "the config with angle_precision='exact'"
+        )
+    return AssertionError(
+        f"q_m . k_l depends on absolute positions: shifting them by "
+        f"offset={offset} changes the scores by up to {deviation:.3g} "
+        f"|q_m| |k_l| ({where}) > rtol = {tolerance:.3g}{sized}. If `rotate` "
+        "is RoPE with frequencies that follow the positions (dynamic NTK or "
+        "LongRoPE with seq_len=None, where seq_len = max(positions) + 1), "
+        "pass a fixed seq_len: only then is it shift invariant."
+    )
+
+
 def assert_shift_invariance(
     rotate: RotateFn,
     q: jax.Array,
@@ -458,47 +548,21 @@ def assert_shift_invariance(
       ...     lambda x, p: fp.apply_rope(x, p, exact), q, k, np.arange(6), [2**30],
       ...     angle_precision="exact")
     """
-    _check_callable("rotate", rotate)
-    _check_heads(q, k)
-    positions = _check_positions("positions", positions)
-    length = q.shape[-3]
-    try:
-        broadcast = np.broadcast_shapes(positions.shape, q.shape[:-2])
-    except ValueError:
-        broadcast = None
-    if positions.shape[-1] != length or broadcast != tuple(q.shape[:-2]):
-        raise ValueError(
-            f"`positions` must be [..., L] with L = {length}, broadcastable to "
-            f"q.shape[:-2] = {tuple(q.shape[:-2])}, got shape {positions.shape}."
-        )
-    offsets = _check_offsets(offsets, positions)
-    if rtol is not None:
-        rtol = check_positive_float("rtol", rtol)
-        if rtol > LARGEST_RTOL:
-            raise ValueError(
-                f"`rtol` must be at most LARGEST_RTOL = {LARGEST_RTOL}, got {rtol}: a "
-                "check that lets a shift move a score by more than |q_m| |k_l| / 8 "
-                "would pass encodings that are not shift invariant."
-            )
-    check_choice("angle_precision", angle_precision, ANGLE_PRECISIONS)
-
-    def rotated(x: jax.Array, p: np.ndarray) -> tuple[np.ndarray, np.dtype]:
-        out = rotate(x, jax.numpy.asarray(p))
-        chex.assert_equal_shape([x, out])
-        return np.asarray(out, np.float64), np.dtype(out.dtype)
-
-    (q_rot, q_dtype), (k_rot, k_dtype) = rotated(q, positions), rotated(k, positions)
+    positions, offsets, rtol = _check_shift_arguments(
+        rotate, q, k, positions, offsets, rtol, angle_precision
+    )
+    q_rot, q_dtype = _rotated(rotate, q, positions)
+    k_rot, k_dtype = _rotated(rotate, k, positions)
     eps_dtype = max(q_dtype, k_dtype, key=lambda d: jax.numpy.finfo(d).eps)
-    largest_base = int(np.max(np.abs(positions)))
-    tolerances = {}
-    for offset in offsets:
-        largest = max(largest_base, int(np.max(np.abs(positions + offset))))
-        if rtol is None:
-            tolerances[offset] = _default_rtol(
-                eps_dtype, angle_precision, offset, largest
+    if rtol is None:
+        tolerances = {
+            offset: _default_rtol(
+                eps_dtype, angle_precision, offset, _largest_position(positions, offset)
             )
-        else:
-            tolerances[offset] = rtol
+            for offset in offsets
+        }
+    else:
+        tolerances = dict.fromkeys(offsets, rtol)
     base = _attention_scores(q_rot, k_rot)
     norms = _attention_scores(
         np.linalg.norm(q_rot, axis=-1, keepdims=True),
@@ -507,37 +571,21 @@ def assert_shift_invariance(
     for offset, tolerance in tolerances.items():
         shifted_positions = positions + offset
         shifted = _attention_scores(
-            rotated(q, shifted_positions)[0], rotated(k, shifted_positions)[0]
+            _rotated(rotate, q, shifted_positions)[0],
+            _rotated(rotate, k, shifted_positions)[0],
         )
         deviations = np.abs(shifted - base) / np.maximum(norms, 1e-30)
         worst = np.unravel_index(np.argmax(deviations), deviations.shape)
         deviation = deviations[worst]
         if not deviation <= tolerance:
-            *batch, head, query, key = (int(i) for i in worst)
-            where = f"head {head}, query {query}, key {key}" + (
-                f", batch index {tuple(batch)}" if batch else ""
-            )
-            largest = max(largest_base, int(np.max(np.abs(shifted_positions))))
-            sized = (
-                f" (sized by the largest position, {largest}, and "
-                f"angle_precision={angle_precision!r})"
-                if rtol is None
-                else ""
-            )
-            if rtol is None and angle_precision == "exact":
-                sized += (
-                    ". That tolerance assumes exact angles: if `rotate` forms float32 "
-                    "angles (RopeConfig's default angle_precision='float32'), that "
-                    "alone fails it; pass angle_precision='float32' here, or build "
-                    "the config with angle_precision='exact'"
-                )
-            raise AssertionError(
-                f"q_m . k_l depends on absolute positions: shifting them by "
-                f"offset={offset} changes the scores by up to {deviation:.3g} "
-                f"|q_m| |k_l| ({where}) > rtol = {tolerance:.3g}{sized}. If `rotate` "
-                "is RoPE with frequencies that follow the positions (dynamic NTK or "
-                "LongRoPE with seq_len=None, where seq_len = max(positions) + 1), "
-                "pass a fixed seq_len: only then is it shift invariant."
+            raise _score_shift_error(
+                offset,
+                deviation,
+                tolerance,
+                worst=tuple(int(i) for i in worst),
+                largest=_largest_position(positions, offset),
+                default_rtol=rtol is None,
+                angle_precision=angle_precision,
             )
 
 

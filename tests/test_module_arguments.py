@@ -172,6 +172,13 @@ CASES = [
         CHANGES,
         init=dict(config=DYNAMIC_NTK),
     ),
+    Case(
+        "RotaryEmbedding",
+        "k_seq_len",
+        4096,  # k's alone: q keeps max(positions) + 1 = 8 < 16
+        CHANGES,
+        init=dict(config=DYNAMIC_NTK),
+    ),
     # ALiBi
     Case("ALiBi", "num_heads", 8, CHANGES),
     Case("ALiBi", "num_heads", 0, REJECTS),

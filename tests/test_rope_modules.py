@@ -1,5 +1,5 @@
 """linen and nnx RotaryEmbedding: values, one cos/sin for q and k, KV-cache use,
-linen == nnx."""
+k's own seq_len, linen == nnx."""
 
 import jax
 import jax.numpy as jnp
@@ -163,20 +163,54 @@ def test_modules_reject_bad_inputs_naming_them(args, error, match):
             module(*args)
 
 
+DYNAMIC_NTK = fp.RopeConfig(
+    head_dim=8,
+    scaling=fp.DynamicNTKScaling(factor=2.0, original_max_position_embeddings=4),
+)
+
+
 def test_rotary_embedding_forwards_a_fixed_seq_len():
-    config = fp.RopeConfig(
-        head_dim=8,
-        scaling=fp.DynamicNTKScaling(factor=2.0, original_max_position_embeddings=4),
-    )
     q = normal((1, 1, 2, 8), seed=0)
     k = normal((1, 6, 2, 8), seed=1)
     q_positions, k_positions = jnp.array([[2]]), jnp.arange(6)[None]
-    got_q, got_k = pn.RotaryEmbedding(config)(
+    got_q, got_k = pn.RotaryEmbedding(DYNAMIC_NTK)(
         q, k, q_positions, k_positions, seq_len=16
     )
     np.testing.assert_array_equal(
-        got_q, fp.apply_rope(q, q_positions, config, seq_len=16)
+        got_q, fp.apply_rope(q, q_positions, DYNAMIC_NTK, seq_len=16)
     )
     np.testing.assert_array_equal(
-        got_k, fp.apply_rope(k, k_positions, config, seq_len=16)
+        got_k, fp.apply_rope(k, k_positions, DYNAMIC_NTK, seq_len=16)
     )
+
+
+@pytest.mark.parametrize(
+    "k_seq_len",
+    [16, jnp.array([[3, 3, 3, 4, 5, 6, 7, 8]])],  # transformers' per-key lengths
+    ids=["scalar", "per_key"],
+)
+def test_k_seq_len_rotates_k_alone_as_apply_rope_qk(k_seq_len):
+    """A decode step at position 7 against keys 0..7 with seq_len 8: ``k_seq_len``
+    gives k other dynamic NTK frequencies, as in apply_rope_qk, and q the same ones
+    as without it; linen == nnx."""
+    q, k = normal((1, 1, 2, 8)), normal((1, 8, 2, 8), seed=1)
+    q_positions, k_positions = jnp.array([[7]]), jnp.arange(8)[None]
+    want_q, want_k = fp.apply_rope_qk(
+        q,
+        k,
+        q_positions,
+        DYNAMIC_NTK,
+        k_positions=k_positions,
+        seq_len=8,
+        k_seq_len=k_seq_len,
+    )
+    linen_module, nnx_module = both_modules(DYNAMIC_NTK)
+    got_linen = linen_module(q, k, q_positions, k_positions, 8, k_seq_len)
+    got_nnx = nnx_module(q, k, q_positions, k_positions, 8, k_seq_len)
+    np.testing.assert_array_equal(got_linen[0], got_nnx[0])
+    np.testing.assert_array_equal(got_linen[1], got_nnx[1])
+    assert_close(got_nnx[0], want_q)
+    assert_close(got_nnx[1], want_k)
+    shared_q, shared_k = nnx_module(q, k, q_positions, k_positions, 8)
+    np.testing.assert_array_equal(got_nnx[0], shared_q)
+    assert np.max(np.abs(np.asarray(got_nnx[1] - shared_k))) > 1e-2
