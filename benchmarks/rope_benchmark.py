@@ -75,9 +75,9 @@ TARGET_PARTIAL = 1.2  # partial rotary R = H/4 (half) / full rotary
 TARGET_LONG_FRACTION = 0.75  # long context GB/s / floor GB/s
 TARGET_WRITE = 2.0  # sinusoidal and T5 bias / write floor
 TARGET_EXACT = 1.5  # issue #12: exact angles / float32 angles, apply_rope [L], f32
-# XLA's sin/cos, or the CPU polynomial of flax_posenc._cpu (its range reduction,
+# XLA's sin/cos, or the CPU polynomial of flax_posenc._core.cpu (its range reduction,
 # or the fixed-point reduction of exact angles: its shifts). A q-sized op whose only
-# such op is a shift is the bfloat16 rounding of flax_posenc._cpu, not sin/cos.
+# such op is a shift is the bfloat16 rounding of flax_posenc._core.cpu, not sin/cos.
 TRIG_OPS = ("sine", "cosine", "round-nearest-even")
 SHIFT_OPS = ("shift-right-logical",)
 TRIVIAL_OPS = {"parameter", "constant", "bitcast", "tuple", "get-tuple-element"}

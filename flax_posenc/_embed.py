@@ -7,8 +7,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from flax_posenc._exact_angles import AnglePrecision
-from flax_posenc._validation import (
+from flax_posenc._core.exact_angles import AnglePrecision
+from flax_posenc._core.validation import (
     check_positions,
     check_positive_int,
 )

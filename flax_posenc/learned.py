@@ -25,8 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
 
-from flax_posenc._gather import take_rows
-from flax_posenc._validation import (
+from flax_posenc._core.gather import take_rows
+from flax_posenc._core.validation import (
     check_choice,
     check_float_array,
     check_integer_array,

@@ -18,23 +18,24 @@ import jax.numpy as jnp
 from flax import nnx
 from flax.typing import Dtype
 
-from flax_posenc._embed import add_learned, add_sinusoidal
-from flax_posenc._exact_angles import AnglePrecision
-from flax_posenc._validation import (
+from flax_posenc._core.exact_angles import AnglePrecision
+from flax_posenc._core.validation import (
     check_bucket_sizes,
     check_choice,
     check_positive_float,
     check_positive_int,
     check_rope_config,
 )
-from flax_posenc.alibi import AlibiBias
-from flax_posenc.cope import cope_bias
-from flax_posenc.fire import FireBias, FireParams
-from flax_posenc.kerple import KerpleBias, KerpleKernel
+from flax_posenc._embed import add_learned, add_sinusoidal
+from flax_posenc.bias.alibi import AlibiBias
+from flax_posenc.bias.cope import cope_bias
+from flax_posenc.bias.fire import FireBias, FireParams
+from flax_posenc.bias.kerple import KerpleBias, KerpleKernel
+from flax_posenc.bias.relative import RelativeBias
 from flax_posenc.learned import OutOfRange
-from flax_posenc.relative import RelativeBias
-from flax_posenc.rope import RopeConfig, apply_rope_qk
-from flax_posenc.rope_scaling import SeqLen
+from flax_posenc.rope.apply import apply_rope_qk
+from flax_posenc.rope.config import RopeConfig
+from flax_posenc.rope.scaling import SeqLen
 from flax_posenc.sinusoidal import SinusoidalLayout, SinusoidalSpacing
 
 default_embedding_init = nnx.initializers.normal(stddev=0.02)

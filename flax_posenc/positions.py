@@ -32,8 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flax_posenc._offsets import offsets
-from flax_posenc._validation import (
+from flax_posenc._core.offsets import offsets
+from flax_posenc._core.validation import (
     check_integer_array,
     check_position_pairs,
     check_positive_int,

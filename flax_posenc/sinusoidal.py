@@ -34,16 +34,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
-from flax_posenc import _cpu
-from flax_posenc._angles import position_angles
-from flax_posenc._deprecation import warn_deprecated
-from flax_posenc._exact_angles import (
+from flax_posenc._core import cpu as _cpu
+from flax_posenc._core.angles import position_angles
+from flax_posenc._core.deprecation import warn_deprecated
+from flax_posenc._core.exact_angles import (
     ANGLE_PRECISIONS,
     AnglePrecision,
     exact_sin_cos,
     int32_positions,
 )
-from flax_posenc._validation import (
+from flax_posenc._core.validation import (
     check_choice,
     check_float_dtype,
     check_integer_array,
@@ -216,7 +216,7 @@ def _encoding(
     """float32 ``[..., D]``: sin and cos of the ``D // 2`` angles, laid out.
 
     The reference form, which every backend but CPU runs; CPU runs
-    :func:`flax_posenc._cpu.sinusoidal_rows` of the :func:`_feature_rows`.
+    :func:`flax_posenc._core.cpu.sinusoidal_rows` of the :func:`_feature_rows`.
     """
     angles = position_angles(positions, jnp.asarray(inv_freq))
     sin, cos = jnp.sin(angles), jnp.cos(angles)

@@ -18,8 +18,8 @@ import jax
 import numpy as np
 from jax.core import Tracer
 
-from flax_posenc._exact_angles import ANGLE_PRECISIONS, AnglePrecision
-from flax_posenc._validation import check_choice, check_positive_float
+from flax_posenc._core.exact_angles import ANGLE_PRECISIONS, AnglePrecision
+from flax_posenc._core.validation import check_choice, check_positive_float
 
 __all__ = [
     "DEFAULT_OFFSETS",

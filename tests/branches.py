@@ -1,4 +1,4 @@
-"""Both forms of every backend switch (``flax_posenc._cpu.on_cpu``), computed on CPU.
+"""Both forms of every backend switch (``flax_posenc._core.cpu.on_cpu``), computed on CPU.
 
 ``jax.lax.platform_dependent`` picks a branch when a program is lowered. A program
 lowered for CUDA holds only the reference forms, the ones every GPU and TPU runs, in

@@ -1,7 +1,7 @@
 """Every public jitted path lowers for CUDA and TPU, with no CPU form in the program.
 
 ``jax.export`` lowers without the accelerator, so a CPU-only op or a CPU form that
-leaked past its switch (``flax_posenc._cpu.on_cpu``) shows here. The CPU forms leave
+leaked past its switch (``flax_posenc._core.cpu.on_cpu``) shows here. The CPU forms leave
 marks that the reference forms do not: the range reduction's ``round_nearest_even``
 (sin/cos), bitcasts to ``ui16`` (bfloat16 casts), and the T5 buckets' missing gather.
 Each mark is first checked to be in the CPU lowering, so a stale mark fails too.

@@ -1,5 +1,5 @@
 """The CPU rotation's bfloat16 <-> float32 conversions (bit operations,
-``flax_posenc._cpu``) equal XLA's ``convert``, the ``astype`` of the reference
+``flax_posenc._core.cpu``) equal XLA's ``convert``, the ``astype`` of the reference
 rotation every accelerator runs, bit for bit: every bfloat16 value widened, and
 float32 values narrowed at the rounding boundaries (ties, one ulp either side),
 specials and random bits; their gradients are the casts'."""
@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from flax_posenc._cpu import _narrow as narrow
-from flax_posenc._cpu import _widen as widen
+from flax_posenc._core.cpu import _narrow as narrow
+from flax_posenc._core.cpu import _widen as widen
 
 ALL_BF16_BITS = np.arange(2**16, dtype=np.uint32)
 

@@ -8,6 +8,7 @@ no error; each test names the bug it kills.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 import pathlib
 
@@ -658,8 +659,50 @@ def test_deprecations_name_the_replacement_and_the_removal(old):
 def test_every_deprecation_uses_the_helper():
     package = pathlib.Path(fp.__file__).parent
     for path in package.rglob("*.py"):
-        if path.name != "_deprecation.py":
+        if path.relative_to(package).as_posix() != "_core/deprecation.py":
             assert "DeprecationWarning" not in path.read_text(), path
+
+
+# Module paths of 0.1.0 that moved into the subpackages (0.2.0), and one name of each.
+MOVED_MODULES = {
+    "alibi": ("bias.alibi", "alibi_bias"),
+    "blockwise": ("attention.blockwise", "blockwise_attention"),
+    "cache_shift": ("rope.cache_shift", "rope_shift"),
+    "context_extension": ("rope.context_extension", "extend_context"),
+    "context_parallel": ("attention.context_parallel", "ring_attention"),
+    "cope": ("bias.cope", "cope_bias"),
+    "dual_chunk": ("attention.dual_chunk", "dual_chunk_attention"),
+    "fire": ("bias.fire", "fire_bias"),
+    "kerple": ("bias.kerple", "kerple_bias"),
+    "position_bias": ("bias.position_bias", "PositionBias"),
+    "query_scaling": ("rope.query_scaling", "query_scale"),
+    "relative": ("bias.relative", "relative_position_bias"),
+    "rope_nd": ("rope.nd", "apply_mrope"),
+    "rope_scaling": ("rope.scaling", "YarnScaling"),
+    "self_extend": ("attention.self_extend", "self_extend_attention"),
+    "xpos": ("rope.xpos", "apply_xpos"),
+}
+
+
+@pytest.mark.parametrize("old", sorted(MOVED_MODULES))
+def test_a_moved_module_path_still_works_and_warns(old):
+    """``from flax_posenc.alibi import alibi_bias`` (0.1.0's paths) gives the same
+    object with a DeprecationWarning naming the new path, until 0.3.0."""
+    new, name = MOVED_MODULES[old]
+    module = importlib.import_module(f"flax_posenc.{old}")
+    with pytest.warns(DeprecationWarning) as caught:
+        value = getattr(module, name)
+    assert value is getattr(fp, name)
+    assert str(caught[0].message) == (
+        f"flax_posenc.{old}.{name} is deprecated and will be removed in flax_posenc "
+        f"0.3.0; use flax_posenc.{new}.{name} (or flax_posenc.{name})."
+    )
+    assert caught[0].filename == __file__
+    assert set(module.__all__) == set(
+        importlib.import_module(f"flax_posenc.{new}").__all__
+    )
+    changelog = (pathlib.Path(__file__).parents[1] / "CHANGELOG.md").read_text()
+    assert f"`flax_posenc.{old}`" in changelog.split("### Deprecated", 1)[1]
 
 
 def test_changelog_lists_every_deprecation_with_its_removal():
@@ -705,8 +748,8 @@ ALL_FAMILIES = [
 def test_constructing_a_config_does_no_device_work(scaling, monkeypatch):
     """Construction used to compute frequencies eagerly: device transfers (failing
     under transfer_guard) and, for dynamic NTK, 11 eager XLA compilations."""
-    import flax_posenc.rope as rope_module
-    import flax_posenc.rope_scaling as scaling_module
+    import flax_posenc.rope._core as rope_module
+    import flax_posenc.rope.scaling as scaling_module
 
     class NoDevice:
         def __getattr__(self, name):
@@ -904,20 +947,28 @@ def test_permute_rejects_a_head_dim_that_does_not_divide():
 # The public surface.
 # --------------------------------------------------------------------------------------
 
-PUBLIC_MODULES = [
-    "alibi",
-    "attention",
-    "hf",
-    "learned",
-    "positions",
-    "query_scaling",
-    "relative",
-    "rope",
-    "rope_nd",
-    "rope_scaling",
-    "sinusoidal",
-    "xpos",
-]
+
+def public_modules() -> list[str]:
+    """Every public module re-exported flat (not linen, nnx, testing: namespaces of
+    their own), without the deprecated paths of moved modules."""
+    package = pathlib.Path(fp.__file__).parent
+    names = []
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if not parts or any(part.startswith("_") for part in parts):
+            continue
+        if (
+            parts[0] in ("linen", "nnx", "testing")
+            or "moved_module(" in path.read_text()
+        ):
+            continue
+        names.append(".".join(parts))
+    return names
+
+
+PUBLIC_MODULES = public_modules()
 
 
 @pytest.mark.parametrize("name", PUBLIC_MODULES)

@@ -100,7 +100,7 @@ def test_the_package_was_read():
     is recognised as generated."""
     files = package_files()
     assert len(files) >= 40, files
-    assert PACKAGE / "rope.py" in files
+    assert PACKAGE / "rope" / "apply.py" in files
     defaults = ast.get_docstring(
         ast.parse((PACKAGE / "hf" / "_defaults.py").read_text())
     )

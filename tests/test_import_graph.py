@@ -1,8 +1,9 @@
 """The package's import graph: layered as DESIGN.md says, with no circle, counting
 imports inside functions too; and what ``import flax_posenc`` loads.
 
-Layers (each imports only its own and lower ones): 1 the functional core, 2 the
-Hugging Face reader, 3 modules and attention glue, 4 the assertions.
+Layers (each imports only its own and lower ones): 1 the functional core (``_core``,
+``rope``, ``bias``, the absolute encodings, positions), 2 the Hugging Face reader, 3
+attention and the Flax modules, 4 the assertions.
 """
 
 from __future__ import annotations
@@ -21,14 +22,10 @@ import pytest
 PACKAGE = pathlib.Path(importlib.util.find_spec("flax_posenc").origin).parent
 LAYERS = {
     "flax_posenc.hf": 2,
+    "flax_posenc.attention": 3,
     "flax_posenc.linen": 3,
     "flax_posenc.nnx": 3,
-    "flax_posenc.attention": 3,
-    "flax_posenc.blockwise": 3,
-    "flax_posenc.context_parallel": 3,
-    "flax_posenc._ring": 3,
     "flax_posenc._embed": 3,
-    "flax_posenc._attention_fn": 3,
     "flax_posenc.testing": 4,
 }
 
@@ -80,7 +77,7 @@ GRAPH = {
 
 
 def test_graph_was_read():
-    assert "flax_posenc.rope" in GRAPH["flax_posenc.cache_shift"]
+    assert "flax_posenc.rope" in GRAPH["flax_posenc.rope.cache_shift"]
     assert "flax_posenc.hf._reader" in GRAPH["flax_posenc.hf"]
 
 
@@ -179,3 +176,46 @@ def test_public_functions_do_not_call_public_functions():
                     if name in names and name != node.name:
                         calls.append(f"{module_name(path)}.{node.name} -> {name}")
     assert not calls
+
+
+def _functions() -> dict[str, list[tuple[str, ast.FunctionDef]]]:
+    """Every function and method of the package by its name: ``[(module, node)]``."""
+    found: dict[str, list[tuple[str, ast.FunctionDef]]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef):
+                found.setdefault(node.name, []).append((module_name(path), node))
+    return found
+
+
+def _called_names(node: ast.FunctionDef) -> set[str]:
+    names = set()
+    for call in ast.walk(node):
+        if isinstance(call, ast.Call):
+            func = call.func
+            name = getattr(func, "id", None) or getattr(func, "attr", None)
+            if name:
+                names.add(name)
+    return names
+
+
+def test_private_code_reached_from_a_public_function_calls_no_public_function():
+    """Deeper than the test above: every private function reached from an exported
+    one (by name, through any number of private calls) calls no public function, so
+    no input is checked again below the edge (a ring call once reached the public
+    ``apply_rope_qk`` through its private core)."""
+    public, functions = public_functions(), _functions()
+    calls, seen = [], set()
+    todo = [(name, name) for name in public]
+    while todo:
+        name, root = todo.pop()
+        for module, node in functions.get(name, []):
+            if (module, node.name, node.lineno) in seen:
+                continue
+            seen.add((module, node.name, node.lineno))
+            for called in _called_names(node) - {name}:
+                if called in public and name not in public:
+                    calls.append(f"{root} -> ... {module}.{name} -> {called}")
+                elif called.startswith("_") and called in functions:
+                    todo.append((called, root))
+    assert not calls, "\n".join(sorted(set(calls)))

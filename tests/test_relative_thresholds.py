@@ -9,7 +9,7 @@ import pytest
 from branches import BRANCHES, run_branch
 
 import flax_posenc as fp
-from flax_posenc.relative import _distance_buckets
+from flax_posenc.bias.relative import _distance_buckets
 
 
 @pytest.mark.parametrize("branch", BRANCHES)

@@ -9,9 +9,9 @@ import rope_reference as ref
 from helpers import assert_close, normal
 
 import flax_posenc as fp
-from flax_posenc import _rope
 from flax_posenc import linen as pl
 from flax_posenc import nnx as pn
+from flax_posenc.rope import _core as _rope
 
 Q, K = normal((2, 5, 3, 8)), normal((2, 5, 3, 8), seed=1)
 POSITIONS = jnp.array([[0, 1, 2, 3, 4], [9, 10, 11, 0, 1]])

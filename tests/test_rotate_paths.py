@@ -1,7 +1,7 @@
 """Every internal path of ``rope_rotate`` against a float64 formula.
 
 The rotation has two code paths chosen by layout and head-dim parity, and the
-interleaved one two partner reads chosen by dtype width (``flax_posenc/rope.py``).
+interleaved one two partner reads chosen by dtype width (``flax_posenc/rope/_core.py``).
 Each is checked against ``a cos - b sin, b cos + a sin`` in float64, with features
 past the rotary dim passed through bit for bit (inf and NaN included), compiled at
 XLA:CPU's default vector width and at the 512 bits the CPU guide recommends, with

@@ -1,5 +1,5 @@
-"""The CPU sin/cos of ``flax_posenc._cpu`` against float64 truth, and both forms of
-the ``flax_posenc._sincos`` switch at special values.
+"""The CPU sin/cos of ``flax_posenc._core.cpu`` against float64 truth, and both forms of
+the ``flax_posenc._core.sincos`` switch at special values.
 
 Bound (issue #11): against float64 ``sin``/``cos`` of the same float32 angle ``x``,
 ``|error| <= 2 ulp(truth) + |x| * 2^-24``, over every float32 angle the library can
@@ -17,8 +17,9 @@ from branches import BRANCHES, run_branch
 from cpu_vector_width import VECTOR_WIDTH_PARAMS, run_at_width
 from jax_compat import enable_x64
 
-from flax_posenc import _cpu, _sincos
-from flax_posenc._sincos import sin_cos
+from flax_posenc._core import cpu as _cpu
+from flax_posenc._core import sincos as _sincos
+from flax_posenc._core.sincos import sin_cos
 
 _MAX = float(np.finfo(np.float32).max)
 

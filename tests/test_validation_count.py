@@ -27,7 +27,8 @@ from jax.sharding import PartitionSpec as P
 from test_blockwise import qkv
 
 import flax_posenc as fp
-from flax_posenc import _attention_spec, _validation
+from flax_posenc._core import validation as _validation
+from flax_posenc.attention import _spec as _attention_spec
 
 CHECKS = {
     fn.__code__

@@ -12,7 +12,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from flax_posenc._validation import check_length
+from flax_posenc._core.validation import check_length
 from flax_posenc.hf._config import Config
 from flax_posenc.hf._models import PARTIAL_BLOCK_ONLY, PARTIAL_FAILS, PARTIAL_ROTARY
 

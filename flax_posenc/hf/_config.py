@@ -12,7 +12,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from flax_posenc._validation import check_float, check_length
+from flax_posenc._core.validation import check_float, check_length
 from flax_posenc.hf._defaults import DEFAULTS, NEAR_TYPO_CHECKED
 from flax_posenc.hf._models import (
     COMMON,

@@ -29,13 +29,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from flax_posenc._validation import (
+from flax_posenc._core.validation import (
     check_integer_array,
     check_positive_int,
     check_rope_config,
 )
-from flax_posenc.rope import RopeConfig
-from flax_posenc.rope_scaling import DynamicNTKScaling, LongRopeScaling
+from flax_posenc.rope.config import RopeConfig
+from flax_posenc.rope.scaling import DynamicNTKScaling, LongRopeScaling
 
 __all__ = ["hf_decode_seq_lens"]
 

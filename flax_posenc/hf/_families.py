@@ -14,10 +14,10 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from flax_posenc._validation import check_bool, check_float, check_length
+from flax_posenc._core.validation import check_bool, check_float, check_length
 from flax_posenc.hf._blocks import NEEDS_ORIGINAL, RopeType
 from flax_posenc.hf._config import Config, numbers
-from flax_posenc.rope_scaling import (
+from flax_posenc.rope.scaling import (
     DynamicNTKScaling,
     LinearScaling,
     Llama3Scaling,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from flax_posenc.rope import RopeLayout
+from flax_posenc.rope.config import RopeLayout
 
 HeadDimRule = Literal["head_dim", "ratio", "twice_ratio", "qk_rope_head_dim"]
 """Where a model's rotated head size comes from (rules in ``hf/_rules.py``)."""

@@ -16,12 +16,12 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from flax_posenc.dual_chunk import DualChunkAttentionConfig
 from flax_posenc.hf._record import BlockRecord, Record, normalise
-from flax_posenc.query_scaling import QueryScaling
-from flax_posenc.rope import RopeConfig
-from flax_posenc.rope_nd import MropeLayout
-from flax_posenc.rope_scaling import YarnScaling
+from flax_posenc.rope.config import RopeConfig
+from flax_posenc.rope.dual_chunk import DualChunkAttentionConfig
+from flax_posenc.rope.nd import MropeLayout
+from flax_posenc.rope.query_scaling import QueryScaling
+from flax_posenc.rope.scaling import YarnScaling
 
 __all__ = ["HFRope", "LayerRope", "read_hf_rope", "rope_config_from_hf"]
 

@@ -13,13 +13,13 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from flax_posenc._validation import check_bool, check_float, check_length
-from flax_posenc.dual_chunk import DualChunkAttentionConfig
+from flax_posenc._core.validation import check_bool, check_float, check_length
 from flax_posenc.hf import _blocks, _families, _rules
 from flax_posenc.hf._config import Config, text_config
-from flax_posenc.query_scaling import QueryScaling
-from flax_posenc.rope import RopeConfig
-from flax_posenc.rope_nd import MropeLayout
+from flax_posenc.rope.config import RopeConfig
+from flax_posenc.rope.dual_chunk import DualChunkAttentionConfig
+from flax_posenc.rope.nd import MropeLayout
+from flax_posenc.rope.query_scaling import QueryScaling
 
 LayerUse = Literal["rope", "nope", "no_attention"]
 """A layer rotates (``"rope"``), is a NoPE attention layer (``"nope"``: it keeps

@@ -17,7 +17,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from flax_posenc._validation import check_bool, check_float, check_length
+from flax_posenc._core.validation import check_bool, check_float, check_length
 from flax_posenc.hf._config import Config, lengths, numbers
 from flax_posenc.hf._models import (
     ConfigRule,
@@ -26,9 +26,9 @@ from flax_posenc.hf._models import (
     NopeRule,
     QueryScalingRule,
 )
-from flax_posenc.query_scaling import QueryScaling
-from flax_posenc.rope import RopeLayout
-from flax_posenc.rope_nd import MropeLayout
+from flax_posenc.rope.config import RopeLayout
+from flax_posenc.rope.nd import MropeLayout
+from flax_posenc.rope.query_scaling import QueryScaling
 
 # --------------------------------------------------------------------------------------
 # Config rewrites.

@@ -20,7 +20,7 @@ that FMA contraction could break, and the same on every backend (TPU included).
 3. ``T + 2^29`` splits into the quadrant ``q`` (its top two bits) and ``r`` (the
    other 30, less ``2^29``: int32 in ``[-2^29, 2^29)``, an eighth of a turn either
    side); ``x = float32(r) * float32(2 pi / 2^32)`` has ``|x| <= pi/4``, and
-   :func:`flax_posenc._sincos.sin_cos_quadrant` takes sin and cos of ``x + q pi/2``
+   :func:`flax_posenc._core.sincos.sin_cos_quadrant` takes sin and cos of ``x + q pi/2``
    (the quadrant swaps and negates, exactly).
 
 Error, against ``p * f`` mod 2 pi (``f`` the float64 frequency, ``p`` any int32):
@@ -42,8 +42,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flax_posenc._sincos import sin_cos_quadrant
-from flax_posenc._validation import is_traced
+from flax_posenc._core.sincos import sin_cos_quadrant
+from flax_posenc._core.validation import is_traced
 
 __all__ = ["ANGLE_PRECISIONS", "AnglePrecision", "exact_sin_cos", "turn_words"]
 

@@ -128,6 +128,15 @@ def check_rope_config(name: str, value: Any, config_type: type) -> None:
     )
 
 
+def check_instance(name: str, value: Any, cls: type) -> None:
+    """Raises ``TypeError`` unless ``value`` is a ``cls`` (a flax_posenc type)."""
+    if not isinstance(value, cls):
+        raise TypeError(
+            f"`{name}` must be a flax_posenc.{cls.__name__}, got "
+            f"{type(value).__name__}. Hint: fp.{cls.__name__}(...), see its docstring."
+        )
+
+
 def check_choice(name: str, value: Any, choices: Collection[_T]) -> _T:
     """Raises unless ``value`` is one of ``choices``."""
     if value not in choices:

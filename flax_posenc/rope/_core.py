@@ -1,7 +1,7 @@
 """The unchecked RoPE core: frequencies, unit cos/sin tables and the rotation.
 
-Callers check their inputs first (:mod:`flax_posenc.rope`, :mod:`flax_posenc.rope_nd`,
-:mod:`flax_posenc.xpos`, :mod:`flax_posenc.cache_shift`); nothing here validates
+Callers check their inputs first (:mod:`flax_posenc.rope`, :mod:`flax_posenc.rope.nd`,
+:mod:`flax_posenc.rope.xpos`, :mod:`flax_posenc.rope.cache_shift`); nothing here validates
 again. ``config`` is a :class:`flax_posenc.RopeConfig` (read by attribute: this
 module sits below it).
 """
@@ -16,10 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flax_posenc import _cpu
-from flax_posenc._angles import default_inv_freq, position_angles
-from flax_posenc._exact_angles import exact_sin_cos, int32_positions
-from flax_posenc._sincos import sin_cos
+from flax_posenc._core import cpu as _cpu
+from flax_posenc._core.angles import default_inv_freq, position_angles
+from flax_posenc._core.exact_angles import exact_sin_cos, int32_positions
+from flax_posenc._core.sincos import sin_cos
 
 T = TypeVar("T")
 
@@ -122,7 +122,7 @@ def unit_cos_sin(
         if isinstance(seq_len, jax.Array) and seq_len.ndim:
             seq_len = jnp.broadcast_to(seq_len, positions.shape)
         inv_freq, attention_scaling = frequencies(config, seq_len)
-        # XLA's sin/cos, or on CPU a vectorised polynomial (flax_posenc._cpu)
+        # XLA's sin/cos, or on CPU a vectorised polynomial (flax_posenc._core.cpu)
         sin, cos = sin_cos(position_angles(positions, inv_freq))
     scale = jnp.asarray(attention_scaling, jnp.float32)
     scale = scale.reshape(scale.shape + (1,) * (sin.ndim - scale.ndim))
@@ -210,7 +210,7 @@ def _compiled_rotate(
 
 def _reference(x: jax.Array, cos: jax.Array, sin: jax.Array, layout: str) -> jax.Array:
     """The rotation as written (what accelerators run; the tests' oracle with the
-    CPU form of :func:`flax_posenc._cpu.rotate`): ``(a, b) -> (a c - b s, b c + a s)``
+    CPU form of :func:`flax_posenc._core.cpu.rotate`): ``(a, b) -> (a c - b s, b c + a s)``
     for the pairs ``(a, b)`` of the layout, in float32, rounded once; features past
     ``R`` pass through."""
     half = cos.shape[-1]

@@ -10,7 +10,7 @@ one of them exactly once:
 * :func:`check_call` checks the settings against q/k/v's shapes (when Flax calls
   the ``attention_fn``, or at once in a direct call: :func:`check_spec`).
 
-The kernels (:mod:`flax_posenc._blockwise`, :mod:`flax_posenc._ring`) take a checked
+The kernels (:mod:`flax_posenc.attention._blockwise`, :mod:`flax_posenc.attention._ring`) take a checked
 spec and check nothing.
 """
 
@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
 
-from flax_posenc import _rope
-from flax_posenc._validation import (
+from flax_posenc._core.validation import (
     check_bool,
     check_broadcastable,
     check_float_array,
@@ -38,8 +37,9 @@ from flax_posenc._validation import (
     check_seq_len_shape,
     obeys_positions_rule,
 )
-from flax_posenc.rope import RopeConfig
-from flax_posenc.rope_scaling import SeqLen
+from flax_posenc.rope import _core as _rope
+from flax_posenc.rope.config import RopeConfig
+from flax_posenc.rope.scaling import SeqLen
 
 Bias = Callable[[jax.Array, jax.Array], jax.Array]
 
@@ -119,7 +119,7 @@ def check_settings(
         *_integer_pair("segment_ids", q_segment_ids, k_segment_ids),
         None,
     )
-    return Spec(arrays, bias, options, rotation)
+    return Spec(arrays, cast(Bias | None, bias), options, rotation)
 
 
 def check_rotation(
@@ -137,7 +137,7 @@ def check_rotation(
         )
     if k_seq_len is not None:
         k_seq_len = check_seq_len(k_seq_len, name="k_seq_len")
-    return Rotation(rope, check_seq_len(seq_len), k_seq_len)
+    return Rotation(cast(RopeConfig, rope), check_seq_len(seq_len), k_seq_len)
 
 
 def _integer_pair(kind: str, q_values: Any, k_values: Any) -> tuple[Any, Any]:
@@ -208,6 +208,7 @@ def _check_rotation_shapes(rotation: Rotation, q: Any, arrays: Arrays) -> Rotati
             f"{head_dim}. Hint: fp.RopeConfig(head_dim={head_dim}, ...)."
         )
     qp = arrays.q_positions
+    assert qp is not None  # checked: RoPE needs q_positions
     kp = qp if arrays.k_positions is None else arrays.k_positions
     k_length, k_name = (
         (seq_len, "seq_len") if k_seq_len is None else (k_seq_len, "k_seq_len")
@@ -227,6 +228,7 @@ def rotate(q: jax.Array, k: jax.Array, spec: Spec) -> tuple[jax.Array, jax.Array
         return q, k
     config, seq_len, k_seq_len = spec.rotation
     arrays = spec.arrays
+    assert arrays.q_positions is not None  # checked: RoPE needs q_positions
     return _rope.rotate_qk(
         q, k, arrays.q_positions, arrays.k_positions, config, seq_len, k_seq_len
     )

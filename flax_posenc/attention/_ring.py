@@ -1,9 +1,9 @@
-"""Ring attention's unchecked core (see :mod:`flax_posenc.context_parallel`).
+"""Ring attention's unchecked core (see :mod:`flax_posenc.attention.context_parallel`).
 
 Runs inside ``shard_map`` on one device's shards. :func:`attention` passes the key /
 value block (with its positions and segment ids) ``n - 1`` times around the ring
 (``ppermute`` from device ``i`` to ``i + 1``) and feeds each block that arrives to
-the blockwise kernel's :func:`flax_posenc._blockwise.accumulate`, carrying the
+the blockwise kernel's :func:`flax_posenc.attention._blockwise.accumulate`, carrying the
 online softmax's statistics between blocks. Its gradient is a ``custom_vjp``: the
 forward keeps only the local inputs, the output and the row log-sum-exp; the
 backward sends the key/value blocks around the ring once more, each with its
@@ -27,8 +27,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flax_posenc import _blockwise
-from flax_posenc._blockwise import Bias, Blocks, Stats
+from flax_posenc.attention import _blockwise
+from flax_posenc.attention._blockwise import Bias, Blocks, Stats
 
 
 def axis_size(axis_name: Any) -> int:
@@ -128,7 +128,14 @@ def attention(
         return _blockwise.online_softmax(blocks, bias, precision)
     bias_arrays, bias_static = _blockwise.split_bias(bias)
     operands = Operands(
-        *(getattr(blocks, name) for name in Operands._fields[:-1]), bias_arrays
+        blocks.q,
+        blocks.k,
+        blocks.v,
+        blocks.q_positions,
+        blocks.k_positions,
+        blocks.q_segment_ids,
+        blocks.k_segment_ids,
+        bias_arrays,
     )
     template = blocks._replace(**{name: None for name in Operands._fields[:-1]})
     static = RingStatic(template, bias_static, axis_name, size, precision, kv_chunks)
@@ -168,8 +175,18 @@ def _ring_backward(
 ) -> tuple[Operands]:
     operands, out, lse = residuals
     d_q, d_k, d_v, d_bias = _backward(static, operands, out, lse, d_out)
-    ints = (_int_zeros(x) for x in operands[3:7])
-    return (Operands(d_q, d_k, d_v, *ints, d_bias),)
+    return (
+        Operands(
+            d_q,
+            d_k,
+            d_v,
+            _int_zeros(operands.q_positions),
+            _int_zeros(operands.k_positions),
+            _int_zeros(operands.q_segment_ids),
+            _int_zeros(operands.k_segment_ids),
+            d_bias,
+        ),
+    )
 
 
 _ring.defvjp(_ring_forward, _ring_backward)

@@ -32,13 +32,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from flax_posenc import _blockwise
-from flax_posenc._attention_fn import flax_signature
-from flax_posenc._attention_spec import check_call, check_settings, rotate, with_causal
-from flax_posenc._validation import check_float_array
-from flax_posenc.position_bias import PositionBias
-from flax_posenc.rope import RopeConfig
-from flax_posenc.rope_scaling import SeqLen
+from flax_posenc._core.validation import check_float_array
+from flax_posenc.attention import _blockwise
+from flax_posenc.attention._flax_signature import flax_signature
+from flax_posenc.attention._spec import check_call, check_settings, rotate, with_causal
+from flax_posenc.bias.position_bias import PositionBias
+from flax_posenc.rope.config import RopeConfig
+from flax_posenc.rope.scaling import SeqLen
 
 __all__ = [
     "attention_fn_override",

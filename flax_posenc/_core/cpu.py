@@ -80,7 +80,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flax_posenc._angles import position_angles
+from flax_posenc._core.angles import position_angles
 
 __all__ = [
     "narrow_bfloat16",

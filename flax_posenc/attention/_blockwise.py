@@ -1,8 +1,8 @@
 """Blockwise attention's unchecked kernel: the one online softmax of the package.
 
 Every attention entry point checks its arguments into a
-:class:`flax_posenc._attention_spec.Spec` and calls :func:`attention` (or, on a ring,
-:mod:`flax_posenc._ring`): :func:`prepare` turns the checked inputs into a
+:class:`flax_posenc.attention._spec.Spec` and calls :func:`attention` (or, on a ring,
+:mod:`flax_posenc.attention._ring`): :func:`prepare` turns the checked inputs into a
 :class:`Blocks` record (flattened batch, grouped heads, int32 rows, normalised mask,
 block sizes, scale), and :func:`online_softmax` walks query blocks and, inside each,
 key blocks. Every tile helper takes the record or its arrays as arguments.
@@ -13,7 +13,7 @@ then :func:`normalise` and :func:`from_stats_layout`.
 
 A tile's logits come from the record's strategy (:class:`Logits`): :func:`dot_logits`
 for every entry point above; :class:`RemappedLogits` for Self-Extend and dual chunk
-attention (:mod:`flax_posenc.self_extend`, :mod:`flax_posenc.dual_chunk`), whose q and
+attention (:mod:`flax_posenc.attention.self_extend`, :mod:`flax_posenc.attention.dual_chunk`), whose q and
 k are copies rotated at remapped positions (:func:`rotated_copies`), one pair of
 copies chosen per (query, key) pair. Masking, bias, tile skipping and the online
 softmax are the same for both.
@@ -31,9 +31,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flax_posenc import _rope
-from flax_posenc._attention_spec import Arrays, Bias, Options, Spec, rotate
-from flax_posenc._eager import eager_compiled
+from flax_posenc._core.eager import eager_compiled
+from flax_posenc.attention._spec import Arrays, Bias, Options, Spec, rotate
+from flax_posenc.rope import _core as _rope
 
 
 class Logits(Protocol):
@@ -177,7 +177,7 @@ def attention(
     k rotated by the spec's RoPE, then the online softmax.
 
     An eager call runs one compiled program per static configuration; under a
-    transformation the kernel is traced inline (:mod:`flax_posenc._eager`).
+    transformation the kernel is traced inline (:mod:`flax_posenc._core.eager`).
     """
     q, k = rotate(q, k, spec)
     bias_arrays, bias_static = split_bias(spec.bias)

@@ -1,7 +1,7 @@
 """sin and cos of float32 angles: the reference, and the switch to the CPU form.
 
 The reference is XLA's ``jnp.sin``/``jnp.cos``, which every backend but CPU runs. On
-CPU, :mod:`flax_posenc._cpu` evaluates them by range reduction and multiply/add
+CPU, :mod:`flax_posenc._core.cpu` evaluates them by range reduction and multiply/add
 polynomials, within 2 ulp plus ``|x| * 2^-24`` of float64 truth of the same float32
 angle (``tests/test_sincos.py``).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from flax_posenc import _cpu
+from flax_posenc._core import cpu as _cpu
 
 __all__ = ["sin_cos", "sin_cos_quadrant"]
 
@@ -33,7 +33,7 @@ def sin_cos(x: jax.Array) -> tuple[jax.Array, jax.Array]:
 def sin_cos_quadrant(r: jax.Array, q: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``(sin, cos)`` of ``r + q pi/2`` for float32 ``|r| <= pi/4`` and int32 ``q``.
 
-    For angles already reduced (the exact angles of :mod:`flax_posenc._exact_angles`):
+    For angles already reduced (the exact angles of :mod:`flax_posenc._core.exact_angles`):
     no range reduction, the quadrant ``q mod 4`` only swaps and negates (exact).
     """
     return _cpu.on_cpu(_cpu.sin_cos_quadrant, _sin_cos_quadrant, r, q)

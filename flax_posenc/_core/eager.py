@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import jax
 
-from flax_posenc._validation import is_traced
+from flax_posenc._core.validation import is_traced
 
 T = TypeVar("T")
 

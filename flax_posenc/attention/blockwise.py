@@ -1,0 +1,157 @@
+"""Blockwise attention: position biases computed per tile, never as ``[N, L, S]``.
+
+``alibi_bias`` and ``relative_position_bias`` return ``[B, N, L, S]``: at
+``L = S = 32768`` and 16 heads that is 64 GiB of float32. :func:`blockwise_attention`
+instead walks over query blocks and, inside each, over key blocks, computes the bias
+of each ``[block_q, block_k]`` tile from the positions, and accumulates the softmax
+online (flash attention's algorithm, in pure JAX)::
+
+    s    = scale * q_i . k_j + bias(q_pos_i, k_pos_j)     masked to -inf
+    m'   = max(m, max_j s)                                 running row maximum
+    l'   = l * exp(m - m') + sum_j exp(s - m')             running denominator
+    acc' = acc * exp(m - m') + sum_j exp(s - m') v_j
+    out  = acc / l                                         after the last key block
+
+Statistics and accumulators are float32; only ``[block_q, block_k]`` tiles of logits
+exist. Both loop bodies are rematerialised (``jax.checkpoint``), so the backward pass
+recomputes tiles instead of storing them: it keeps one ``[block_q, N, H]``
+accumulator per key block of the query block it is differentiating.
+
+A bias is a :class:`flax_posenc.PositionBias`, a function ``bias(q_positions [...,
+l], k_positions [..., s]) -> [..., N, l, s]``; :class:`flax_posenc.AlibiBias` and
+:class:`flax_posenc.RelativeBias` give ALiBi and T5's learned buckets with exactly the
+conventions of :func:`flax_posenc.alibi_bias` and
+:func:`flax_posenc.relative_position_bias`. RoPE
+composes: rotate q and k first (:func:`flax_posenc.apply_rope_qk`), or let
+:func:`flax_posenc.blockwise_attention_fn` do both inside Flax's attention modules.
+
+Reference: Dao et al., "FlashAttention", NeurIPS 2022; Rabe and Staats,
+"Self-attention Does Not Need O(n^2) Memory", 2021.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from flax_posenc.attention import _blockwise
+from flax_posenc.attention._spec import check_spec
+from flax_posenc.bias.alibi import AlibiBias
+from flax_posenc.bias.position_bias import PositionBias
+from flax_posenc.bias.relative import RelativeBias
+
+__all__ = [
+    "AlibiBias",
+    "PositionBias",
+    "RelativeBias",
+    "blockwise_attention",
+]  # AlibiBias, RelativeBias and PositionBias live beside their functions
+
+
+def blockwise_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    q_positions: jax.Array | None = None,
+    k_positions: jax.Array | None = None,
+    bias: PositionBias | None = None,
+    causal: bool = False,
+    q_segment_ids: jax.Array | None = None,
+    k_segment_ids: jax.Array | None = None,
+    mask: jax.Array | None = None,
+    scale: float | None = None,
+    block_q: int = 512,
+    block_k: int = 512,
+    precision: Any = None,
+) -> jax.Array:
+    """Softmax attention with a position bias computed tile by tile.
+
+    ``out[..., i, h] = sum_j softmax_j(scale * q_i . k_j + bias(q_pos_i, k_pos_j)
+    | allowed(i, j)) v_j``, over the keys ``j`` that query ``i`` may attend to:
+    ``k_pos_j <= q_pos_i`` if ``causal``, equal segment ids if given, and ``mask``
+    true. The result equals dense attention with the materialised bias within float32
+    rounding; no ``[N, L, S]`` array is formed (see the module docstring).
+
+    A query that may attend to no key gets zeros (and zero gradients), never NaN.
+    Grouped-query attention: q head ``h`` reads k/v head ``h // (N // K)`` (as
+    ``jnp.repeat(k, N // K, axis=-2)``). Lengths need not divide the block sizes.
+
+    Args:
+      q: floating ``[..., L, N, H]``.
+      k: floating ``[..., S, K, H]``, the same leading dimensions as q; ``N`` a
+        multiple of ``K``.
+      v: floating ``[..., S, K, Hv]``.
+      q_positions: integer ``[..., L]`` (leading axes broadcast to q's); required
+        with ``bias`` or ``causal``. A decode step passes the cache index.
+      k_positions: integer ``[..., S]``; None means ``q_positions`` (then ``S ==
+        L``). For a KV cache, every slot's position.
+      bias: a :class:`PositionBias`: :class:`AlibiBias`, :class:`RelativeBias` or any
+        function of ``(q_positions [..., l], k_positions [..., s])`` returning
+        ``[..., N, l, s]``; None for no bias.
+      causal: mask keys at later positions, ``k_pos > q_pos`` (from the positions,
+        so packed sequences and decode steps are right).
+      q_segment_ids: integer ``[..., L]``; queries attend only to keys of the same
+        segment id (packing; padding as its own id, e.g. 0).
+      k_segment_ids: integer ``[..., S]``; None means ``q_segment_ids``.
+      mask: bool or 0/1 numeric, broadcastable to ``[..., N, L, S]`` (Flax's masks,
+        e.g. ``[B, 1, 1, S]`` of a KV cache), non-zero where attention is allowed;
+        sliced per tile.
+      scale: the logit scale; None means ``1 / sqrt(H)``.
+      block_q: query rows per tile (``min(block_q, L)`` is used).
+      block_k: keys per tile (``min(block_k, S)`` is used).
+      precision: ``jax.lax.Precision`` of the two matmuls (as in
+        ``jnp.einsum``); None is the backend default.
+
+    Returns:
+      ``[..., L, N, Hv]`` in q's dtype.
+
+    Raises:
+      TypeError: non-floating q/k/v, non-integer positions or segment ids, a
+        non-numeric ``mask``, a non-bool ``causal``, a ``bias`` that is not
+        callable, non-int block sizes.
+      ValueError: mismatched shapes or heads (``N % K``, ``AlibiBias.num_heads`` or
+        the table's heads against q's ``N``), ``bias``/``causal`` without
+        ``q_positions``, positions or segment ids that break the positions rule, a
+        bias tile of the wrong shape, a ``mask`` that does not broadcast, a
+        ``scale <= 0``, block sizes ``<= 0``.
+
+    Examples:
+      ALiBi over 4096 tokens without the ``[4, 4096, 4096]`` bias:
+
+      >>> q = jnp.ones((1, 4096, 4, 16))  # [B, L, N, H]
+      >>> out = fp.blockwise_attention(q, q, q, q_positions=jnp.arange(4096),
+      ...     bias=fp.AlibiBias(4), causal=True, block_q=1024, block_k=1024)
+      >>> out.shape
+      (1, 4096, 4, 16)
+
+      A decode step against a 10-slot cache, T5 buckets, grouped-query k/v:
+
+      >>> table = jnp.zeros((32, 4))  # [num_buckets, N]
+      >>> out = fp.blockwise_attention(jnp.ones((2, 1, 4, 16)), jnp.ones((2, 10, 2, 16)),
+      ...     jnp.ones((2, 10, 2, 16)), q_positions=jnp.full((2, 1), 9),
+      ...     k_positions=jnp.arange(10), bias=fp.RelativeBias(table, bidirectional=False),
+      ...     causal=True)
+      >>> out.shape
+      (2, 1, 4, 16)
+
+    Reference: Dao et al., NeurIPS 2022; Press et al., ICLR 2022 (ALiBi); Raffel et
+    al., JMLR 2020 (T5).
+    """
+    spec = check_spec(
+        q,
+        k,
+        v,
+        mask=mask,
+        q_positions=q_positions,
+        k_positions=k_positions,
+        q_segment_ids=q_segment_ids,
+        k_segment_ids=k_segment_ids,
+        bias=bias,
+        causal=causal,
+        scale=scale,
+        block_q=block_q,
+        block_k=block_k,
+    )
+    return _blockwise.attention(q, k, v, spec, precision)

@@ -1,0 +1,800 @@
+"""Context parallelism: attention over a sequence sharded across devices (a ring).
+
+With the sequence split over a mesh axis of ``n`` devices, each device keeps its
+query block and its key/value block; the key/value blocks travel the ring
+(``jax.lax.ppermute``, device ``i`` to ``i + 1``), ``n - 1`` steps, each carrying its
+positions and segment ids. Every block that arrives is attended with the kernel of
+:func:`flax_posenc.blockwise_attention` (the same online softmax and the same
+per-tile biases computed from global positions), so no device ever holds an
+``[N, L, S]`` bias or the full K/V::
+
+    device i, step t:  stats_i = online_softmax(stats_i, q_i, k_{i-t}, v_{i-t},
+                                                bias(q_pos_i, k_pos_{i-t}))
+    out_i = acc_i / denominator_i                          after n blocks
+
+Ring steps whose block is fully masked (causal: every key later than every query;
+disjoint segment ids) are skipped, as are fully masked tiles inside a step. The
+gradient runs the transposed ring (the key/value blocks go round again with their
+``dk``/``dv`` accumulators) and recomputes tiles from the forward's log-sum-exp, so
+memory per device stays ``O(L / n)``. With ``kv_chunks`` each block goes round as
+that many chunks in turn: less in flight, more permutes of the same bytes. By
+default the chunks are chosen from the shapes, so that the keys and values in
+flight stay small next to the output accumulator.
+
+Positions are global (a shard's positions are its tokens' positions in the whole
+sequence), so RoPE, ALiBi and T5 buckets need no special case, packed segments may
+cross shard boundaries, and a load-balanced causal layout
+(:func:`load_balanced_permutation`) is a permutation of tokens that the positions
+follow.
+
+* :func:`ring_attention` runs inside ``jax.shard_map`` on local shards, given the
+  axis name.
+* :func:`sharded_ring_attention` takes global ``[B, L, N, H]`` arrays and a mesh.
+* :func:`ring_attention_fn` is the same as a Flax ``attention_fn``.
+* :func:`sharded_kv_cache_attention` decodes against a cache split over the axis,
+  merging the devices' partial softmax statistics with one collective.
+
+Reference: Liu, Zaharia and Abbeel, "Ring Attention with Blockwise Transformers for
+Near-Infinite Context", 2023; Brandon et al., "Striped Attention", 2023 (load
+balance); Dao et al., "FlashAttention", 2022.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
+
+from flax_posenc._core.eager import eager_compiled
+from flax_posenc._core.validation import check_positive_int
+from flax_posenc.attention import _blockwise, _ring
+from flax_posenc.attention._flax_signature import flax_signature
+from flax_posenc.attention._spec import (
+    Arrays,
+    Spec,
+    check_call,
+    check_settings,
+    check_spec,
+    rotate,
+    with_causal,
+)
+from flax_posenc.bias.position_bias import PositionBias
+from flax_posenc.rope.config import RopeConfig
+from flax_posenc.rope.scaling import SeqLen
+
+__all__ = [
+    "inverse_load_balanced_permutation",
+    "load_balanced_permutation",
+    "ring_attention",
+    "ring_attention_fn",
+    "sharded_kv_cache_attention",
+    "sharded_ring_attention",
+]
+
+
+def ring_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    axis_name: str,
+    q_positions: jax.Array | None = None,
+    k_positions: jax.Array | None = None,
+    bias: PositionBias | None = None,
+    rope: RopeConfig | None = None,
+    seq_len: SeqLen = None,
+    causal: bool = False,
+    q_segment_ids: jax.Array | None = None,
+    k_segment_ids: jax.Array | None = None,
+    scale: float | None = None,
+    block_q: int = 512,
+    block_k: int = 512,
+    kv_chunks: int | None = None,
+    precision: Any = None,
+) -> jax.Array:
+    """Ring attention inside ``jax.shard_map``: this device's queries against every
+    device's keys.
+
+    Called on the local shards of a sequence split over mesh axis ``axis_name``
+    (``n`` devices): the result equals :func:`flax_posenc.blockwise_attention` of
+    the gathered arrays, rows of this device's queries (see the module docstring).
+    Options mean what they mean there; positions and segment ids are this shard's
+    values of the *global* ones (never ``arange`` of the shard).
+
+    RoPE: with ``rope``, q and k are rotated here at their positions. For dynamic NTK
+    and LongRoPE, ``seq_len=None`` means the *global* ``max(positions) + 1``, the
+    maximum over the ring axis (one scalar all-reduce); a shard-local length cannot
+    happen. Give ``seq_len`` (static: no collective) when other mesh axes split the
+    batch and the unsharded run uses the whole batch's maximum.
+
+    Args:
+      q: floating ``[..., L, N, H]``, this device's query block.
+      k: floating ``[..., S, K, H]``, its key block (``N`` a multiple of ``K``).
+      v: floating ``[..., S, K, Hv]``.
+      axis_name: the mesh axis that splits the sequence (bound by ``shard_map``).
+      q_positions: integer ``[..., L]``, global positions; required with ``bias``,
+        ``rope`` or ``causal``.
+      k_positions: integer ``[..., S]``; None means ``q_positions``.
+      bias: a :class:`flax_posenc.PositionBias` (:class:`flax_posenc.AlibiBias`,
+        :class:`flax_posenc.RelativeBias`, ...). Its array leaves (a T5 table) get
+        gradients; a plain function's closed-over arrays do not.
+      rope: a :class:`flax_posenc.RopeConfig` applied to q and k first, or None.
+      seq_len: for dynamic NTK and LongRoPE (see above).
+      causal: mask keys at later positions, ``k_pos > q_pos``.
+      q_segment_ids: integer ``[..., L]``; packing, padding as its own id.
+      k_segment_ids: integer ``[..., S]``; None means ``q_segment_ids``.
+      scale: the logit scale; None means ``1 / sqrt(H)``.
+      block_q: query rows per tile.
+      block_k: keys per tile.
+      kv_chunks: the key/value block goes round the ring in this many chunks (a
+        divisor of ``S``), one after the other: a device holds ``2 / kv_chunks``
+        of a block in flight instead of two blocks, with ``kv_chunks`` times as
+        many permutes of the same total bytes (1: ``n - 1`` permutes per tensor).
+        None (the default) chooses it from the shapes: the fewest chunks with
+        one chunk of k and v at most an eighth of the float32 accumulator
+        ``[..., L, N, Hv]``, or at most ``block_k`` keys (e.g. 4 with ``N = 8``,
+        ``K = 2`` in float32, 2 with ``K = 1``, on long sequences).
+      precision: ``jax.lax.Precision`` of the matmuls.
+
+    Returns:
+      ``[..., L, N, Hv]`` in q's dtype, this device's rows.
+
+    Raises:
+      TypeError: what :func:`flax_posenc.blockwise_attention` rejects; a non-str
+        ``axis_name``; a ``rope`` that is not a :class:`flax_posenc.RopeConfig`.
+      ValueError: what :func:`flax_posenc.blockwise_attention` rejects; an
+        ``axis_name`` not bound by an enclosing ``shard_map``; ``rope`` without
+        ``q_positions``; a ``kv_chunks`` that does not divide ``S``.
+
+    Examples:
+      >>> P, AxisType = jax.sharding.PartitionSpec, jax.sharding.AxisType
+      >>> mesh = jax.make_mesh((jax.device_count(),), ("seq",),
+      ...     axis_types=(AxisType.Auto,))
+      >>> def attend(q, positions):
+      ...     return fp.ring_attention(q, q, q, axis_name="seq",
+      ...         q_positions=positions, bias=fp.AlibiBias(4), causal=True)
+      >>> ring = jax.shard_map(attend, mesh=mesh, in_specs=(P(None, "seq"), P("seq")),
+      ...     out_specs=P(None, "seq"), check_vma=False)
+      >>> q = jnp.ones((1, 64, 4, 16))  # [B, L, N, H]
+      >>> ring(q, jnp.arange(64)).shape
+      (1, 64, 4, 16)
+    """
+    _check_axis_name(axis_name, inside="ring_attention")
+    spec = check_spec(
+        q,
+        k,
+        v,
+        q_positions=q_positions,
+        k_positions=k_positions,
+        q_segment_ids=q_segment_ids,
+        k_segment_ids=k_segment_ids,
+        bias=bias,
+        rope=rope,
+        seq_len=seq_len,
+        causal=causal,
+        scale=scale,
+        block_q=block_q,
+        block_k=block_k,
+    )
+    kv_chunks = _check_kv_chunks(kv_chunks)
+    spec = _global_seq_len(spec, axis_name)
+    return _local_ring(q, k, v, spec, axis_name, precision, kv_chunks)
+
+
+def _check_kv_chunks(kv_chunks: Any) -> int | None:
+    if kv_chunks is None:
+        return None
+    if isinstance(kv_chunks, bool) or not isinstance(kv_chunks, (int, np.integer)):
+        raise TypeError(
+            f"`kv_chunks` must be None (chosen from the shapes) or a positive int, "
+            f"got {kv_chunks!r} ({type(kv_chunks).__name__})."
+        )
+    return check_positive_int("kv_chunks", kv_chunks)
+
+
+# What to call instead, per function that runs inside shard_map, when called outside.
+_UNBOUND_HINTS = {
+    "ring_attention": "fp.sharded_ring_attention(q, k, v, mesh=mesh, axis_name=...) "
+    "takes global arrays.",
+    "sharded_kv_cache_attention": "call it from the decode step inside "
+    "jax.shard_map(step, mesh=mesh, ...), the cache split over that axis (the "
+    "function's example shows it); on one device, fp.blockwise_attention attends the "
+    "whole cache.",
+}
+
+
+def _check_axis_name(axis_name: Any, *, inside: str | None) -> None:
+    """``axis_name`` a str, and bound by an enclosing ``shard_map`` when
+    ``inside`` names the public function that runs there."""
+    if not isinstance(axis_name, str):
+        raise TypeError(
+            f"`axis_name` must be a mesh axis name (str), got {axis_name!r}. Hint: "
+            'the axis that splits the sequence, e.g. axis_name="seq".'
+        )
+    if inside is not None:
+        try:
+            _ring.axis_size(axis_name)
+        except NameError:
+            raise ValueError(
+                f"`axis_name` {axis_name!r} is not bound: {inside} runs inside "
+                "jax.shard_map over a mesh with that axis, and was called outside "
+                f"one. Hint: {_UNBOUND_HINTS[inside]}"
+            ) from None
+
+
+def _rope_positions(arrays: Arrays) -> tuple[jax.Array, jax.Array]:
+    """The q and k positions RoPE rotates by (k's default to q's)."""
+    qp = arrays.q_positions
+    assert qp is not None  # checked: rope needs q_positions
+    return qp, qp if arrays.k_positions is None else arrays.k_positions
+
+
+def _needs_seq_len(spec: Spec) -> bool:
+    """Whether RoPE's frequencies follow a length that was not given."""
+    rotation = spec.rotation
+    return (
+        rotation is not None
+        and rotation.config.depends_on_seq_len
+        and rotation.seq_len is None
+    )
+
+
+def _global_seq_len(spec: Spec, axis_name: str) -> Spec:
+    """``spec`` with RoPE's default length the *global* ``max(positions) + 1``, the
+    maximum over the ring (one scalar all-reduce), never a shard's own."""
+    rotation = spec.rotation
+    if rotation is None or not _needs_seq_len(spec):
+        return spec
+    qp, kp = _rope_positions(spec.arrays)
+    local = jnp.maximum(jnp.max(qp), jnp.max(kp))
+    length = jax.lax.pmax(local, axis_name) + 1
+    return spec._replace(rotation=rotation._replace(seq_len=length))
+
+
+def _local_ring(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    spec: Spec,
+    axis_name: str,
+    precision: Any,
+    kv_chunks: int | None,
+) -> jax.Array:
+    """RoPE, then the ring, on local shards."""
+    q, k = rotate(q, k, spec)
+    blocks = _blockwise.prepare(q, k, v, spec.arrays, spec.options)
+    if kv_chunks is None:
+        kv_chunks = _ring.default_kv_chunks(blocks)
+    keys = blocks.k.shape[1]
+    if keys % kv_chunks:
+        nearest = max(d for d in range(1, kv_chunks) if keys % d == 0)
+        raise ValueError(
+            f"`kv_chunks` = {kv_chunks} must divide this device's key length "
+            f"{keys}. Hint: a divisor of {keys}, e.g. kv_chunks={nearest}, or "
+            "None to choose from the shapes."
+        )
+    return _ring.attention(blocks, spec.bias, axis_name, precision, kv_chunks)
+
+
+def sharded_ring_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    mesh: Mesh,
+    axis_name: str,
+    batch_axis: str | None = None,
+    q_positions: jax.Array | None = None,
+    k_positions: jax.Array | None = None,
+    bias: PositionBias | None = None,
+    rope: RopeConfig | None = None,
+    seq_len: SeqLen = None,
+    causal: bool = False,
+    q_segment_ids: jax.Array | None = None,
+    k_segment_ids: jax.Array | None = None,
+    scale: float | None = None,
+    block_q: int = 512,
+    block_k: int = 512,
+    kv_chunks: int | None = None,
+    precision: Any = None,
+) -> jax.Array:
+    """Ring attention of global arrays, the sequence split over ``mesh``'s
+    ``axis_name``.
+
+    The thin wrapper around :func:`ring_attention`: ``jax.shard_map`` with q/k/v
+    ``[B, L, N, H]`` split as ``P(batch_axis, axis_name)``, positions and segment
+    ids with them, the bias's arrays replicated. Equals
+    :func:`flax_posenc.blockwise_attention` of the same arguments within float32
+    rounding. Under ``jit`` the inputs may arrive with any sharding (the partitioner
+    moves them); give them this layout to avoid the move.
+
+    RoPE: ``seq_len=None`` for dynamic NTK / LongRoPE is the global
+    ``max(positions) + 1`` (of the whole batch, as unsharded).
+
+    Args:
+      q: floating ``[B, L, N, H]``, ``L`` a multiple of the axis size ``n``.
+      k: floating ``[B, S, K, H]``, ``S`` a multiple of ``n``.
+      v: floating ``[B, S, K, Hv]``.
+      mesh: the ``jax.sharding.Mesh``.
+      axis_name: the mesh axis that splits the sequence.
+      batch_axis: a mesh axis that splits the batch too (data parallel), or None.
+      q_positions: integer ``[L]`` or ``[B, L]`` (``[1, L]``), global positions.
+      k_positions: integer ``[S]`` or ``[B, S]``; None means ``q_positions``.
+      bias: a :class:`flax_posenc.PositionBias`, or None.
+      rope: a :class:`flax_posenc.RopeConfig` applied to q and k first, or None.
+      seq_len: for dynamic NTK and LongRoPE; None: the global length.
+      causal: mask keys at later positions.
+      q_segment_ids: integer ``[L]`` or ``[B, L]``.
+      k_segment_ids: integer ``[S]`` or ``[B, S]``; None means ``q_segment_ids``.
+      scale: the logit scale; None means ``1 / sqrt(H)``.
+      block_q: query rows per tile (of a shard).
+      block_k: keys per tile.
+      kv_chunks: chunks per key/value block on the ring (a divisor of ``S / n``),
+        or None (the default) to choose them from the shapes; see
+        :func:`ring_attention`.
+      precision: ``jax.lax.Precision`` of the matmuls.
+
+    Returns:
+      ``[B, L, N, Hv]`` in q's dtype, sharded like q.
+
+    Raises:
+      TypeError: what :func:`ring_attention` rejects; a ``mesh`` that is not a
+        ``jax.sharding.Mesh``.
+      ValueError: what :func:`ring_attention` rejects; q/k/v not of rank 4; an
+        axis not in the mesh; ``L``, ``S`` or ``B`` not divisible by their axis;
+        a ``kv_chunks`` that does not divide ``S / n``.
+
+    Examples:
+      T5 buckets over 8 devices, packed segments across shard boundaries:
+
+      >>> mesh = jax.make_mesh((jax.device_count(),), ("seq",))
+      >>> q = jnp.ones((2, 64, 4, 16))  # [B, L, N, H]
+      >>> out = fp.sharded_ring_attention(q, q, q, mesh=mesh, axis_name="seq",
+      ...     q_positions=jnp.arange(64) % 24, q_segment_ids=jnp.arange(64) // 24,
+      ...     bias=fp.RelativeBias(jnp.zeros((32, 4))), block_q=8, block_k=8)
+      >>> out.shape
+      (2, 64, 4, 16)
+    """
+    _check_mesh(mesh, axis_name, batch_axis)
+    spec = check_spec(
+        q,
+        k,
+        v,
+        q_positions=q_positions,
+        k_positions=k_positions,
+        q_segment_ids=q_segment_ids,
+        k_segment_ids=k_segment_ids,
+        bias=bias,
+        rope=rope,
+        seq_len=seq_len,
+        causal=causal,
+        scale=scale,
+        block_q=block_q,
+        block_k=block_k,
+    )
+    mesh_call = _MeshCall(mesh, axis_name, batch_axis, _check_kv_chunks(kv_chunks))
+    _check_mesh_shapes(q, k, spec, mesh_call)
+    return _run_sharded(q, k, v, spec, mesh_call, precision)
+
+
+class _MeshCall(NamedTuple):
+    """The checked mesh arguments of the mesh wrappers."""
+
+    mesh: Mesh
+    axis_name: str
+    batch_axis: str | None
+    kv_chunks: int | None
+
+
+def _check_mesh(mesh: Any, axis_name: Any, batch_axis: Any) -> None:
+    """``mesh`` a Mesh with ``axis_name`` and ``batch_axis`` (two different axes)."""
+    if not isinstance(mesh, Mesh):
+        raise TypeError(
+            f"`mesh` must be a jax.sharding.Mesh, got {type(mesh).__name__}. Hint: "
+            'jax.make_mesh((n,), ("seq",)).'
+        )
+    _check_axis_name(axis_name, inside=None)
+    for name, axis in (("axis_name", axis_name), ("batch_axis", batch_axis)):
+        if axis is not None and axis not in mesh.axis_names:
+            raise ValueError(
+                f"`{name}` must be an axis of the mesh {tuple(mesh.axis_names)}, got "
+                f"{axis!r}."
+            )
+    if batch_axis == axis_name:
+        raise ValueError(
+            f"`batch_axis` must differ from `axis_name`, both are {axis_name!r}."
+        )
+
+
+def _check_mesh_shapes(q: Any, k: Any, spec: Spec, call: _MeshCall) -> None:
+    """Global ``[B, L, N, H]`` arrays that the mesh's axes divide; positions and
+    segment ids ``[L]`` or ``[B, L]``; one ``seq_len`` for every token."""
+    if q.ndim != 4:
+        raise ValueError(
+            f"`q`, `k`, `v` must be [B, L, N, H] for a mesh, got rank {q.ndim} "
+            f"(shape {q.shape}). Hint: reshape the leading axes into B, or call "
+            "ring_attention inside your own shard_map."
+        )
+    mesh, axis_name, batch_axis = call.mesh, call.axis_name, call.batch_axis
+    size = mesh.shape[axis_name]
+    for name, length in (("L", q.shape[1]), ("S", k.shape[1])):
+        if length % size:
+            raise ValueError(
+                f"{name} = {length} must be a multiple of the size of axis "
+                f"{axis_name!r} ({size}). Hint: pad the sequence to a multiple of "
+                f"{size} and give the padding its own segment id."
+            )
+    if batch_axis is not None and q.shape[0] % mesh.shape[batch_axis]:
+        raise ValueError(
+            f"B = {q.shape[0]} must be a multiple of the size of `batch_axis` "
+            f"{batch_axis!r} ({mesh.shape[batch_axis]})."
+        )
+    for name, ids in spec.arrays._asdict().items():
+        if ids is not None and ids.ndim > 2:
+            raise ValueError(
+                f"`{name}` must be [L] or [B, L] for a mesh, got shape {ids.shape}."
+            )
+    if spec.rotation is not None and getattr(spec.rotation.seq_len, "ndim", 0):
+        raise ValueError(
+            "A per-token `seq_len` is not supported on a mesh; give an int or None."
+        )
+
+
+def _run_sharded(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    spec: Spec,
+    call: _MeshCall,
+    precision: Any,
+) -> jax.Array:
+    """``shard_map`` of :func:`_local_ring` over checked global arrays: compiled
+    once per static configuration when called eagerly, inline under a
+    transformation (:mod:`flax_posenc._core.eager`)."""
+    mesh, axis, batch_axis = call.mesh, call.axis_name, call.batch_axis
+    bias_arrays, bias_static = _blockwise.split_bias(spec.bias)
+    operands = {"q": q, "k": k, "v": v, "bias": bias_arrays}
+    specs = {"q": P(batch_axis, axis), "k": P(batch_axis, axis)}
+    specs |= {"v": P(batch_axis, axis), "bias": P()}
+    for name, ids in spec.arrays._asdict().items():
+        if ids is not None:
+            operands[name] = ids
+            rows = batch_axis if ids.ndim == 2 and ids.shape[0] > 1 else None
+            specs[name] = P(axis) if ids.ndim == 1 else P(rows, axis)
+    rotation = spec.rotation
+    if rotation is not None and rotation.seq_len is not None:
+        if not isinstance(rotation.seq_len, int):  # a scalar array: an operand
+            operands["seq_len"], specs["seq_len"] = jnp.asarray(rotation.seq_len), P()
+            rotation = rotation._replace(seq_len=None)
+    static = _MeshStatic(
+        call, tuple(specs.items()), bias_static, rotation, spec.options, precision
+    )
+    operands = {name: _place(x, mesh, specs[name]) for name, x in operands.items()}
+    if eager_compiled(operands, static):
+        return _compiled_mapped(operands, static)
+    return _mapped(operands, static)
+
+
+class _MeshStatic(NamedTuple):
+    """The static part of a mesh call: everything but the arrays."""
+
+    call: _MeshCall
+    specs: tuple[tuple[str, Any], ...]  # (operand name, PartitionSpec)
+    bias: _blockwise.BiasStatic
+    rotation: Any  # Rotation | None; seq_len an int or None (an array is an operand)
+    options: Any  # Options
+    precision: Any
+
+
+def _mapped(operands: dict, static: _MeshStatic) -> jax.Array:
+    """The ``shard_map`` of :func:`_local_ring` over the placed operands."""
+    call, specs = static.call, dict(static.specs)
+
+    def spec_of(operands: dict) -> Spec:
+        rotation = static.rotation
+        if rotation is not None and "seq_len" in operands:
+            rotation = rotation._replace(seq_len=operands["seq_len"])
+        arrays = Arrays(*map(operands.get, Arrays._fields))
+        bias = _blockwise.join_bias(operands["bias"], static.bias)
+        return Spec(arrays, bias, static.options, rotation)
+
+    if _needs_seq_len(spec_of(operands)):  # the global length, in the graph
+        qp, kp = _rope_positions(spec_of(operands).arrays)
+        length = jnp.maximum(jnp.max(qp), jnp.max(kp)) + 1
+        operands = operands | {"seq_len": _place(length, call.mesh, P())}
+        specs["seq_len"] = P()
+
+    def local(operands: dict) -> jax.Array:
+        q, k, v = operands["q"], operands["k"], operands["v"]
+        return _local_ring(
+            q, k, v, spec_of(operands), call.axis_name, static.precision, call.kv_chunks
+        )
+
+    mapped = jax.shard_map(
+        local,
+        mesh=call.mesh,
+        in_specs=(specs,),
+        out_specs=P(call.batch_axis, call.axis_name),
+        check_vma=False,
+    )
+    return mapped(operands)
+
+
+_compiled_mapped = jax.jit(_mapped, static_argnames="static")
+
+
+def _place(x: Any, mesh: Mesh, spec: Any) -> Any:
+    """``x`` (a pytree) resharded to ``spec`` where the mesh has ``Explicit`` axes
+    (sharding in types: shard_map then takes only inputs of its specs)."""
+    explicit = getattr(jax.sharding.AxisType, "Explicit", None)
+    if explicit is None or explicit not in tuple(getattr(mesh, "axis_types", ())):
+        return x  # Auto axes: shard_map's inputs are resharded by the partitioner
+    # device_put, not jax.reshard: at jax 0.7 reshard's transpose (in grad) loses
+    # the mesh.
+    sharding = jax.sharding.NamedSharding(mesh, spec)
+    return jax.tree_util.tree_map(lambda leaf: jax.device_put(leaf, sharding), x)
+
+
+def ring_attention_fn(
+    *,
+    mesh: Mesh,
+    axis_name: str,
+    q_positions: jax.Array,
+    k_positions: jax.Array | None = None,
+    batch_axis: str | None = None,
+    bias: PositionBias | None = None,
+    rope: RopeConfig | None = None,
+    seq_len: SeqLen = None,
+    causal: bool = False,
+    q_segment_ids: jax.Array | None = None,
+    k_segment_ids: jax.Array | None = None,
+    scale: float | None = None,
+    block_q: int = 512,
+    block_k: int = 512,
+    kv_chunks: int | None = None,
+) -> Callable[..., jax.Array]:
+    """A Flax ``attention_fn`` that runs ring attention with the sequence sharded.
+
+    The drop-in for ``nnx.MultiHeadAttention`` / ``linen.MultiHeadDotProductAttention``
+    under a mesh: ``attn(q, k, v, ...) = sharded_ring_attention(q, k, v, mesh=mesh,
+    axis_name=axis_name, ...)`` with the options given here (see
+    :func:`sharded_ring_attention`); the module's projections stay ordinary sharded
+    matmuls, and attention is the only place that communicates. Use it under
+    ``jax.jit`` with the activations sharded ``P(batch_axis, axis_name)``.
+
+    Args:
+      mesh: the ``jax.sharding.Mesh``.
+      axis_name: the mesh axis that splits the sequence.
+      q_positions: integer ``[L]`` or ``[B, L]``, global positions.
+      k_positions: integer ``[S]`` or ``[B, S]``; None means ``q_positions``.
+      batch_axis: a mesh axis that splits the batch too, or None.
+      bias: a :class:`flax_posenc.PositionBias`, or None.
+      rope: a :class:`flax_posenc.RopeConfig` applied to q and k first, or None.
+      seq_len: for dynamic NTK and LongRoPE; None: the global length.
+      causal: mask keys at later positions; Flax's ``is_causal=True`` means the same.
+      q_segment_ids: integer ``[L]`` or ``[B, L]``, packed segments and padding.
+      k_segment_ids: integer ``[S]`` or ``[B, S]``; None means ``q_segment_ids``.
+      scale: the logit scale; None means ``1 / sqrt(H)``.
+      block_q: query rows per tile.
+      block_k: keys per tile.
+      kv_chunks: chunks per key/value block on the ring, or None (the default)
+        to choose them from the shapes; see :func:`ring_attention`.
+
+    Returns:
+      A function with the keywords of Flax's ``dot_product_attention``.
+
+    Raises:
+      ValueError: no ``q_positions``; what :func:`sharded_ring_attention` rejects;
+        (when called) a ``mask`` (say padding and packing with segment ids, and
+        causal with ``causal``), dropout with ``deterministic=False``, or
+        ``sow_weights=True``.
+      TypeError: what :func:`sharded_ring_attention` rejects.
+
+    Examples:
+      >>> mesh = jax.make_mesh((jax.device_count(),), ("seq",))
+      >>> attention = flax.linen.MultiHeadDotProductAttention(
+      ...     num_heads=4, attention_fn=fp.ring_attention_fn(mesh=mesh,
+      ...         axis_name="seq", q_positions=jnp.arange(64),
+      ...         bias=fp.AlibiBias(4), causal=True, block_q=8, block_k=8))
+      >>> x = jnp.ones((1, 64, 32))  # [B, L, D]
+      >>> params = attention.init(jax.random.key(0), x)
+      >>> attention.apply(params, x).shape
+      (1, 64, 32)
+    """
+    if q_positions is None:
+        raise ValueError(
+            "`q_positions` is required: ring attention computes its bias and causal "
+            "mask from the global positions."
+        )
+    _check_mesh(mesh, axis_name, batch_axis)
+    settings = check_settings(
+        q_positions=q_positions,
+        k_positions=k_positions,
+        q_segment_ids=q_segment_ids,
+        k_segment_ids=k_segment_ids,
+        bias=bias,
+        rope=rope,
+        seq_len=seq_len,
+        causal=causal,
+        scale=scale,
+        block_q=block_q,
+        block_k=block_k,
+    )
+    mesh_call = _MeshCall(mesh, axis_name, batch_axis, _check_kv_chunks(kv_chunks))
+
+    def kernel(
+        query: jax.Array,
+        key: jax.Array,
+        value: jax.Array,
+        mask: jax.Array | None,
+        precision: Any,
+        is_causal: bool,
+    ) -> jax.Array:
+        """``sharded_ring_attention(query, key, value, ...)``."""
+        if mask is not None:
+            raise ValueError(
+                f"Ring attention takes no `mask` array, got shape {mask.shape}: it "
+                "would need the whole [L, S] on every device. Hint: causal=True for "
+                "a causal mask, q_segment_ids for packing and padding."
+            )
+        spec = check_call(with_causal(settings, is_causal), query, key, value)
+        _check_mesh_shapes(query, key, spec, mesh_call)
+        return _run_sharded(query, key, value, spec, mesh_call, precision)
+
+    return flax_signature(kernel, "Ring attention", "dropout_rate=0.0.")
+
+
+def sharded_kv_cache_attention(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    axis_name: str,
+    q_positions: jax.Array | None = None,
+    k_positions: jax.Array | None = None,
+    bias: PositionBias | None = None,
+    causal: bool = False,
+    mask: jax.Array | None = None,
+    scale: float | None = None,
+    block_k: int = 512,
+    precision: Any = None,
+) -> jax.Array:
+    """Decoding against a KV cache split over a mesh axis, inside ``jax.shard_map``.
+
+    Every device holds the same queries (a decode step: ``L = 1``, or a short
+    chunk) and its slice of the cache ``k, v [..., S / n, K, H]`` with those slots'
+    positions. Each device attends its slice blockwise; the partial ``(max, sum,
+    acc)`` statistics of the ``n`` devices are merged with one all-gather
+    (``O(n L N Hv)`` floats, never the cache), and every device returns the full
+    result, equal to :func:`flax_posenc.blockwise_attention` over the whole cache.
+
+    Args:
+      q: floating ``[..., L, N, H]``, the same on every device of the axis.
+      k: floating ``[..., S_local, K, H]``, this device's cache slots.
+      v: floating ``[..., S_local, K, Hv]``.
+      axis_name: the mesh axis that splits the cache.
+      q_positions: integer ``[..., L]``, the new tokens' positions; required with
+        ``bias`` or ``causal``.
+      k_positions: integer ``[..., S_local]``, these slots' positions; None means
+        ``q_positions`` (then ``S_local == L``).
+      bias: a :class:`flax_posenc.PositionBias`, or None.
+      causal: mask keys at later positions.
+      mask: bool or 0/1 numeric, broadcastable to ``[..., N, L, S_local]``, this
+        slice's mask (e.g. slots not written yet).
+      scale: the logit scale; None means ``1 / sqrt(H)``.
+      block_k: cache slots per tile.
+      precision: ``jax.lax.Precision`` of the matmuls.
+
+    Returns:
+      ``[..., L, N, Hv]`` in q's dtype, the same on every device.
+
+    Raises:
+      TypeError: what :func:`flax_posenc.blockwise_attention` rejects; a non-str
+        ``axis_name``.
+      ValueError: what :func:`flax_posenc.blockwise_attention` rejects; an unbound
+        ``axis_name``.
+
+    Examples:
+      >>> P, AxisType = jax.sharding.PartitionSpec, jax.sharding.AxisType
+      >>> mesh = jax.make_mesh((jax.device_count(),), ("seq",),
+      ...     axis_types=(AxisType.Auto,))
+      >>> def step(q, k, slots):
+      ...     return fp.sharded_kv_cache_attention(q, k, k, axis_name="seq",
+      ...         q_positions=jnp.array([40]), k_positions=slots, causal=True)
+      >>> decode = jax.shard_map(step, mesh=mesh,
+      ...     in_specs=(P(), P(None, "seq"), P("seq")), out_specs=P(), check_vma=False)
+      >>> k = jnp.ones((1, 64, 2, 16))  # [B, S, K, H], S split over the devices
+      >>> decode(jnp.ones((1, 1, 4, 16)), k, jnp.arange(64)).shape
+      (1, 1, 4, 16)
+    """
+    _check_axis_name(axis_name, inside="sharded_kv_cache_attention")
+    spec = check_spec(
+        q,
+        k,
+        v,
+        mask=mask,
+        q_positions=q_positions,
+        k_positions=k_positions,
+        bias=bias,
+        causal=causal,
+        scale=scale,
+        block_k=block_k,
+    )
+    blocks = _blockwise.prepare(q, k, v, spec.arrays, spec.options)
+    return _ring.decode(blocks, spec.bias, axis_name, precision)
+
+
+def load_balanced_permutation(seq_len: int, num_shards: int) -> np.ndarray:
+    """The token order that balances causal ring attention over ``num_shards``.
+
+    Cut the sequence into ``2 n`` chunks; device ``i`` holds chunks ``i`` and
+    ``2 n - 1 - i``, so every device has one early and one late chunk and the same
+    number of unmasked causal tiles (``2 n + 1`` chunk pairs each, instead of ``1``
+    for the first device and ``2 n - 1`` for the last with a plain split).
+    Permute tokens *and their positions* (and segment ids, targets, ...) with it
+    before sharding; causal masks and biases follow from the positions, so nothing
+    else changes. :func:`inverse_load_balanced_permutation` undoes it.
+
+    Args:
+      seq_len: ``L``, a multiple of ``2 * num_shards``.
+      num_shards: ``n``, the size of the ring axis.
+
+    Returns:
+      int ``[L]`` indices: ``x_balanced = jnp.take(x, perm, axis=1)`` for ``[B, L,
+      ...]``.
+
+    Raises:
+      TypeError: non-int arguments.
+      ValueError: non-positive arguments, ``seq_len`` not a multiple of
+        ``2 * num_shards``.
+
+    Examples:
+      >>> fp.load_balanced_permutation(8, 2).tolist()  # chunks 0, 3 | 1, 2
+      [0, 1, 6, 7, 2, 3, 4, 5]
+    """
+    chunk = _check_balance(seq_len, num_shards)
+    order = [c for i in range(num_shards) for c in (i, 2 * num_shards - 1 - i)]
+    return (np.asarray(order)[:, None] * chunk + np.arange(chunk)).reshape(-1)
+
+
+def inverse_load_balanced_permutation(seq_len: int, num_shards: int) -> np.ndarray:
+    """The inverse of :func:`load_balanced_permutation`: ``x ==
+    jnp.take(x_balanced, inverse, axis=1)``.
+
+    Args:
+      seq_len: ``L``, a multiple of ``2 * num_shards``.
+      num_shards: ``n``, the size of the ring axis.
+
+    Returns:
+      int ``[L]`` indices.
+
+    Raises:
+      TypeError: non-int arguments.
+      ValueError: as :func:`load_balanced_permutation`.
+
+    Examples:
+      >>> fp.inverse_load_balanced_permutation(8, 2).tolist()
+      [0, 1, 4, 5, 6, 7, 2, 3]
+    """
+    chunk = _check_balance(seq_len, num_shards)
+    order = [c for i in range(num_shards) for c in (i, 2 * num_shards - 1 - i)]
+    perm = (np.asarray(order)[:, None] * chunk + np.arange(chunk)).reshape(-1)
+    return np.argsort(perm)
+
+
+def _check_balance(seq_len: Any, num_shards: Any) -> int:
+    seq_len = check_positive_int("seq_len", seq_len)
+    num_shards = check_positive_int("num_shards", num_shards)
+    if seq_len % (2 * num_shards):
+        raise ValueError(
+            f"`seq_len` ({seq_len}) must be a multiple of 2 * num_shards "
+            f"({2 * num_shards}): two chunks per device. Hint: pad the sequence to "
+            f"{-(-seq_len // (2 * num_shards)) * 2 * num_shards} tokens with a "
+            "padding segment id."
+        )
+    return seq_len // (2 * num_shards)
