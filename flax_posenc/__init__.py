@@ -34,6 +34,12 @@ from flax_posenc.bias import *  # noqa: F403
 from flax_posenc.learned import OutOfRange as OutOfRange
 from flax_posenc.learned import learned_embedding_lookup as learned_embedding_lookup
 from flax_posenc.positions import grid_positions as grid_positions
+from flax_posenc.positions import (
+    inverse_load_balanced_permutation as inverse_load_balanced_permutation,
+)
+from flax_posenc.positions import (
+    load_balanced_permutation as load_balanced_permutation,
+)
 from flax_posenc.positions import pose_positions as pose_positions
 from flax_posenc.positions import positions_from_offsets as positions_from_offsets
 from flax_posenc.positions import (
@@ -97,7 +103,9 @@ __all__ = [
     "SinusoidalSpacing",
     "grid_positions",
     "hf_decode_seq_lens",
+    "inverse_load_balanced_permutation",
     "learned_embedding_lookup",
+    "load_balanced_permutation",
     "pose_positions",
     "positions_from_offsets",
     "positions_from_padding_mask",

@@ -1,5 +1,8 @@
-"""Moved to :mod:`flax_posenc.attention.blockwise`; importing from this path is deprecated and stops working
-in flax_posenc 0.3.0 (the names stay in the flat ``flax_posenc`` namespace)."""
+"""The 0.1.0 path of :mod:`flax_posenc.attention.blockwise`, deprecated (removed in 0.3.0).
+
+A name read here comes from there with a deprecation warning; the flat
+``flax_posenc`` namespace has every name.
+"""
 
 from flax_posenc._core.deprecation import moved_module
 

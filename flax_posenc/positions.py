@@ -16,10 +16,13 @@ decoding are right by construction:
   that cover a longer range than the training window (randomized positional
   encodings, Ruoss et al. 2023; positional skip-wise training, Zhu et al. 2023), for
   any encoding. A PRNG key in, sorted int32 positions out, static sizes, jit-able.
+* :func:`load_balanced_permutation` and its inverse: the token order that gives
+  every device of causal ring attention the same work; tokens and their positions
+  are permuted together.
 
 Padding tokens get position ``0`` (as seqio's packed ``*_positions`` features do):
 it is a valid index for any table, and padded tokens are masked out of attention.
-All outputs are ``int32``.
+All positions are ``int32``.
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ from flax_posenc._core.validation import (
 
 __all__ = [
     "grid_positions",
+    "inverse_load_balanced_permutation",
+    "load_balanced_permutation",
     "pose_positions",
     "positions_from_offsets",
     "positions_from_padding_mask",
@@ -435,3 +440,72 @@ def _pose_chunks(
     keys = jax.random.split(key, (num_chunks - 1, 2))
     _, (starts, skips) = jax.lax.scan(draw, (zeros, zeros), (later, keys))
     return jnp.moveaxis(starts, 0, -1), jnp.moveaxis(skips, 0, -1)
+
+
+def load_balanced_permutation(seq_len: int, num_shards: int) -> np.ndarray:
+    """The token order that balances causal ring attention over ``num_shards``.
+
+    Cut the sequence into ``2 n`` chunks; device ``i`` holds chunks ``i`` and
+    ``2 n - 1 - i``, so every device has one early and one late chunk and the same
+    number of unmasked causal tiles (``2 n + 1`` chunk pairs each, instead of ``1``
+    for the first device and ``2 n - 1`` for the last with a plain split).
+    Permute tokens *and their positions* (and segment ids, targets, ...) with it
+    before sharding; causal masks and biases follow from the positions, so nothing
+    else changes. :func:`inverse_load_balanced_permutation` undoes it.
+
+    Args:
+      seq_len: ``L``, a multiple of ``2 * num_shards``.
+      num_shards: ``n``, the size of the ring axis.
+
+    Returns:
+      int ``[L]`` indices: ``x_balanced = jnp.take(x, perm, axis=1)`` for ``[B, L,
+      ...]``.
+
+    Raises:
+      TypeError: non-int arguments.
+      ValueError: non-positive arguments, ``seq_len`` not a multiple of
+        ``2 * num_shards``.
+
+    Examples:
+      >>> fp.load_balanced_permutation(8, 2).tolist()  # chunks 0, 3 | 1, 2
+      [0, 1, 6, 7, 2, 3, 4, 5]
+    """
+    return _balanced_order(seq_len, num_shards)
+
+
+def inverse_load_balanced_permutation(seq_len: int, num_shards: int) -> np.ndarray:
+    """The inverse of :func:`load_balanced_permutation`: ``x ==
+    jnp.take(x_balanced, inverse, axis=1)``.
+
+    Args:
+      seq_len: ``L``, a multiple of ``2 * num_shards``.
+      num_shards: ``n``, the size of the ring axis.
+
+    Returns:
+      int ``[L]`` indices.
+
+    Raises:
+      TypeError: non-int arguments.
+      ValueError: as :func:`load_balanced_permutation`.
+
+    Examples:
+      >>> fp.inverse_load_balanced_permutation(8, 2).tolist()
+      [0, 1, 4, 5, 6, 7, 2, 3]
+    """
+    return np.argsort(_balanced_order(seq_len, num_shards))
+
+
+def _balanced_order(seq_len: Any, num_shards: Any) -> np.ndarray:
+    """Checks the sizes; chunks ``i`` and ``2 n - 1 - i`` of device ``i`` in turn."""
+    seq_len = check_positive_int("seq_len", seq_len)
+    num_shards = check_positive_int("num_shards", num_shards)
+    if seq_len % (2 * num_shards):
+        raise ValueError(
+            f"`seq_len` ({seq_len}) must be a multiple of 2 * num_shards "
+            f"({2 * num_shards}): two chunks per device. Hint: pad the sequence to "
+            f"{-(-seq_len // (2 * num_shards)) * 2 * num_shards} tokens with a "
+            "padding segment id."
+        )
+    chunk = seq_len // (2 * num_shards)
+    order = [c for i in range(num_shards) for c in (i, 2 * num_shards - 1 - i)]
+    return (np.asarray(order)[:, None] * chunk + np.arange(chunk)).reshape(-1)

@@ -18,12 +18,6 @@ from flax_posenc.attention.attention_fn import (
     positional_attention_fn as positional_attention_fn,
 )
 from flax_posenc.attention.blockwise import blockwise_attention as blockwise_attention
-from flax_posenc.attention.context_parallel import (
-    inverse_load_balanced_permutation as inverse_load_balanced_permutation,
-)
-from flax_posenc.attention.context_parallel import (
-    load_balanced_permutation as load_balanced_permutation,
-)
 from flax_posenc.attention.context_parallel import ring_attention as ring_attention
 from flax_posenc.attention.context_parallel import (
     ring_attention_fn as ring_attention_fn,
@@ -46,8 +40,6 @@ __all__ = [
     "blockwise_attention",
     "blockwise_attention_fn",
     "dual_chunk_attention",
-    "inverse_load_balanced_permutation",
-    "load_balanced_permutation",
     "positional_attention_fn",
     "ring_attention",
     "ring_attention_fn",

@@ -13,9 +13,9 @@ then :func:`normalise` and :func:`from_stats_layout`.
 
 A tile's logits come from the record's strategy (:class:`Logits`): :func:`dot_logits`
 for every entry point above; :class:`RemappedLogits` for Self-Extend and dual chunk
-attention (:mod:`flax_posenc.attention.self_extend`, :mod:`flax_posenc.attention.dual_chunk`), whose q and
-k are copies rotated at remapped positions (:func:`rotated_copies`), one pair of
-copies chosen per (query, key) pair. Masking, bias, tile skipping and the online
+attention (:mod:`flax_posenc.attention.self_extend`,
+:mod:`flax_posenc.attention.dual_chunk`), whose q and k are copies rotated at remapped
+positions (:func:`rotated_copies`), one pair of copies chosen per (query, key) pair. Masking, bias, tile skipping and the online
 softmax are the same for both.
 """
 

@@ -24,7 +24,7 @@ flight stay small next to the output accumulator.
 Positions are global (a shard's positions are its tokens' positions in the whole
 sequence), so RoPE, ALiBi and T5 buckets need no special case, packed segments may
 cross shard boundaries, and a load-balanced causal layout
-(:func:`load_balanced_permutation`) is a permutation of tokens that the positions
+(:func:`flax_posenc.load_balanced_permutation`) is a permutation of tokens that the positions
 follow.
 
 * :func:`ring_attention` runs inside ``jax.shard_map`` on local shards, given the
@@ -64,12 +64,16 @@ from flax_posenc.attention._spec import (
     with_causal,
 )
 from flax_posenc.bias.position_bias import PositionBias
+from flax_posenc.positions import (  # their 0.1.0 home; the shim reads them here
+    inverse_load_balanced_permutation as inverse_load_balanced_permutation,
+)
+from flax_posenc.positions import (
+    load_balanced_permutation as load_balanced_permutation,
+)
 from flax_posenc.rope.config import RopeConfig
 from flax_posenc.rope.scaling import SeqLen
 
 __all__ = [
-    "inverse_load_balanced_permutation",
-    "load_balanced_permutation",
     "ring_attention",
     "ring_attention_fn",
     "sharded_kv_cache_attention",
@@ -727,74 +731,3 @@ def sharded_kv_cache_attention(
     )
     blocks = _blockwise.prepare(q, k, v, spec.arrays, spec.options)
     return _ring.decode(blocks, spec.bias, axis_name, precision)
-
-
-def load_balanced_permutation(seq_len: int, num_shards: int) -> np.ndarray:
-    """The token order that balances causal ring attention over ``num_shards``.
-
-    Cut the sequence into ``2 n`` chunks; device ``i`` holds chunks ``i`` and
-    ``2 n - 1 - i``, so every device has one early and one late chunk and the same
-    number of unmasked causal tiles (``2 n + 1`` chunk pairs each, instead of ``1``
-    for the first device and ``2 n - 1`` for the last with a plain split).
-    Permute tokens *and their positions* (and segment ids, targets, ...) with it
-    before sharding; causal masks and biases follow from the positions, so nothing
-    else changes. :func:`inverse_load_balanced_permutation` undoes it.
-
-    Args:
-      seq_len: ``L``, a multiple of ``2 * num_shards``.
-      num_shards: ``n``, the size of the ring axis.
-
-    Returns:
-      int ``[L]`` indices: ``x_balanced = jnp.take(x, perm, axis=1)`` for ``[B, L,
-      ...]``.
-
-    Raises:
-      TypeError: non-int arguments.
-      ValueError: non-positive arguments, ``seq_len`` not a multiple of
-        ``2 * num_shards``.
-
-    Examples:
-      >>> fp.load_balanced_permutation(8, 2).tolist()  # chunks 0, 3 | 1, 2
-      [0, 1, 6, 7, 2, 3, 4, 5]
-    """
-    chunk = _check_balance(seq_len, num_shards)
-    order = [c for i in range(num_shards) for c in (i, 2 * num_shards - 1 - i)]
-    return (np.asarray(order)[:, None] * chunk + np.arange(chunk)).reshape(-1)
-
-
-def inverse_load_balanced_permutation(seq_len: int, num_shards: int) -> np.ndarray:
-    """The inverse of :func:`load_balanced_permutation`: ``x ==
-    jnp.take(x_balanced, inverse, axis=1)``.
-
-    Args:
-      seq_len: ``L``, a multiple of ``2 * num_shards``.
-      num_shards: ``n``, the size of the ring axis.
-
-    Returns:
-      int ``[L]`` indices.
-
-    Raises:
-      TypeError: non-int arguments.
-      ValueError: as :func:`load_balanced_permutation`.
-
-    Examples:
-      >>> fp.inverse_load_balanced_permutation(8, 2).tolist()
-      [0, 1, 4, 5, 6, 7, 2, 3]
-    """
-    chunk = _check_balance(seq_len, num_shards)
-    order = [c for i in range(num_shards) for c in (i, 2 * num_shards - 1 - i)]
-    perm = (np.asarray(order)[:, None] * chunk + np.arange(chunk)).reshape(-1)
-    return np.argsort(perm)
-
-
-def _check_balance(seq_len: Any, num_shards: Any) -> int:
-    seq_len = check_positive_int("seq_len", seq_len)
-    num_shards = check_positive_int("num_shards", num_shards)
-    if seq_len % (2 * num_shards):
-        raise ValueError(
-            f"`seq_len` ({seq_len}) must be a multiple of 2 * num_shards "
-            f"({2 * num_shards}): two chunks per device. Hint: pad the sequence to "
-            f"{-(-seq_len // (2 * num_shards)) * 2 * num_shards} tokens with a "
-            "padding segment id."
-        )
-    return seq_len // (2 * num_shards)
