@@ -17,6 +17,9 @@ from flax_posenc.attention.attention_fn import (
 from flax_posenc.attention.attention_fn import (
     positional_attention_fn as positional_attention_fn,
 )
+from flax_posenc.attention.blockwise import (
+    AttentionImplementation as AttentionImplementation,
+)
 from flax_posenc.attention.blockwise import blockwise_attention as blockwise_attention
 from flax_posenc.attention.context_parallel import ring_attention as ring_attention
 from flax_posenc.attention.context_parallel import (
@@ -36,6 +39,7 @@ from flax_posenc.attention.self_extend import (
 )
 
 __all__ = [
+    "AttentionImplementation",
     "attention_fn_override",
     "blockwise_attention",
     "blockwise_attention_fn",

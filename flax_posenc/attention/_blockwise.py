@@ -31,8 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flax_posenc._core.eager import eager_compiled
-from flax_posenc.attention._spec import Arrays, Bias, Options, Spec, rotate
+from flax_posenc.attention._spec import Arrays, Bias, Options
 from flax_posenc.rope import _core as _rope
 
 
@@ -170,24 +169,6 @@ class Tile(NamedTuple):
     keep: jax.Array | None  # bool [B or 1, K or 1, G or 1, block_q, block_k]
 
 
-def attention(
-    q: jax.Array, k: jax.Array, v: jax.Array, spec: Spec, precision: Any
-) -> jax.Array:
-    """Blockwise attention of a checked spec, ``[..., L, N, Hv]`` in q's dtype: q and
-    k rotated by the spec's RoPE, then the online softmax.
-
-    An eager call runs one compiled program per static configuration; under a
-    transformation the kernel is traced inline (:mod:`flax_posenc._core.eager`).
-    """
-    q, k = rotate(q, k, spec)
-    bias_arrays, bias_static = split_bias(spec.bias)
-    operands = (q, k, v, spec.arrays, bias_arrays)
-    if eager_compiled(operands, bias_static):
-        return _compiled_attention(*operands, bias_static, spec.options, precision)
-    blocks = prepare(q, k, v, spec.arrays, spec.options)
-    return online_softmax(blocks, spec.bias, precision)
-
-
 class BiasStatic(NamedTuple):
     """What of a bias is not an array: its pytree structure and other leaves."""
 
@@ -210,21 +191,6 @@ def join_bias(arrays: list[Any], static: BiasStatic) -> Any:
     it = iter(arrays)
     leaves = [next(it) if c is None else c for c in static.constants]
     return jax.tree_util.tree_unflatten(static.treedef, leaves)
-
-
-@functools.partial(jax.jit, static_argnames=("bias_static", "options", "precision"))
-def _compiled_attention(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    arrays: Arrays,
-    bias_arrays: list[Any],
-    bias_static: BiasStatic,
-    options: Options,
-    precision: Any,
-) -> jax.Array:
-    bias = join_bias(bias_arrays, bias_static)
-    return online_softmax(prepare(q, k, v, arrays, options), bias, precision)
 
 
 def prepare(

@@ -17,8 +17,9 @@ spec and check nothing.
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Callable
-from typing import Any, NamedTuple, cast
+from typing import Any, Literal, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +27,7 @@ import jax.numpy as jnp
 from flax_posenc._core.validation import (
     check_bool,
     check_broadcastable,
+    check_choice,
     check_float_array,
     check_integer_array,
     check_positions_shape,
@@ -43,6 +45,15 @@ from flax_posenc.rope.scaling import SeqLen
 
 Bias = Callable[[jax.Array, jax.Array], jax.Array]
 
+AttentionImplementation = Literal["xla", "pallas_tpu", "pallas_tpu_interpret"]
+"""Which kernel attends: ``"xla"`` (plain ``jnp`` on every backend, the reference),
+``"pallas_tpu"`` (the TPU flash kernel with the bias computed inside it) or
+``"pallas_tpu_interpret"`` (that kernel run by Pallas's interpreter on any backend:
+slow, for tests on CPU)."""
+IMPLEMENTATIONS = typing.get_args(AttentionImplementation)
+# The Pallas kernel's tiling units (TPU: 8 sublanes, 128 lanes).
+PALLAS_UNITS = {"block_q": 8, "block_k": 128}
+
 
 class Options(NamedTuple):
     """The static options (hashable: a compiled kernel's static argument)."""
@@ -51,6 +62,7 @@ class Options(NamedTuple):
     scale: float | None  # None: 1 / sqrt(H)
     block_q: int
     block_k: int
+    implementation: AttentionImplementation = "xla"
 
 
 class Arrays(NamedTuple):
@@ -94,6 +106,7 @@ def check_settings(
     scale: Any = None,
     block_q: Any = 512,
     block_k: Any = 512,
+    implementation: Any = "xla",
     rope_required: bool = False,
 ) -> Spec:
     """The checks that need no q/k/v: types, dtypes, and which argument needs which
@@ -104,7 +117,10 @@ def check_settings(
         None if scale is None else check_positive_float("scale", scale),
         check_positive_int("block_q", block_q),
         check_positive_int("block_k", block_k),
+        check_choice("implementation", implementation, IMPLEMENTATIONS),
     )
+    if options.implementation != "xla":
+        _check_pallas_settings(options, bias)
     if bias is not None and not callable(bias):
         raise TypeError(
             "`bias` must be a function of (q_positions, k_positions), e.g. "
@@ -120,6 +136,26 @@ def check_settings(
         None,
     )
     return Spec(arrays, cast(Bias | None, bias), options, rotation)
+
+
+def _check_pallas_settings(options: Options, bias: Any) -> None:
+    """What the Pallas kernel needs: block sizes on the hardware's tiling, a bias
+    with a kernel form."""
+    for name, unit in PALLAS_UNITS.items():
+        size = getattr(options, name)
+        if size % unit:
+            raise ValueError(
+                f"`{name}` must be a multiple of {unit} for implementation="
+                f"{options.implementation!r} (TPU tiles are 8 x 128), got {size}. "
+                f"Hint: {name}={max(unit, size // unit * unit)}."
+            )
+    if bias is not None and not callable(getattr(bias, "kernel_form", None)):
+        raise TypeError(
+            f"`bias` {type(bias).__name__} has no kernel_form(), which "
+            f"implementation={options.implementation!r} computes in the kernel "
+            "(fp.AlibiBias, fp.RelativeBias, fp.KerpleBias and fp.FireBias have it). "
+            "Hint: implementation='xla' takes any function of the positions."
+        )
 
 
 def check_rotation(
@@ -178,6 +214,14 @@ def check_call(spec: Spec, q: Any, k: Any, v: Any, mask: Any = None) -> Spec:
                 f"({q.shape[-3]})."
             )
     if mask is not None:
+        if spec.options.implementation != "xla":
+            raise ValueError(
+                f"`mask` is not taken by implementation="
+                f"{spec.options.implementation!r} (an [..., N, L, S] array is what "
+                f"the kernel avoids), got shape {tuple(mask.shape)}. Hint: causal=True "
+                "and segment ids (padding as its own id) express it, or "
+                "implementation='xla'."
+            )
         _check_mask(mask, q.shape[:-3] + (heads, q.shape[-3], k.shape[-3]))
     rotation = spec.rotation
     if rotation is not None:

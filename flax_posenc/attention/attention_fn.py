@@ -33,9 +33,15 @@ import jax
 import jax.numpy as jnp
 
 from flax_posenc._core.validation import check_float_array
-from flax_posenc.attention import _blockwise
+from flax_posenc.attention import _dispatch
 from flax_posenc.attention._flax_signature import flax_signature
-from flax_posenc.attention._spec import check_call, check_settings, rotate, with_causal
+from flax_posenc.attention._spec import (
+    AttentionImplementation,
+    check_call,
+    check_settings,
+    rotate,
+    with_causal,
+)
 from flax_posenc.bias.position_bias import PositionBias
 from flax_posenc.rope.config import RopeConfig
 from flax_posenc.rope.scaling import SeqLen
@@ -169,6 +175,7 @@ def blockwise_attention_fn(
     scale: float | None = None,
     block_q: int = 512,
     block_k: int = 512,
+    implementation: AttentionImplementation = "xla",
 ) -> Callable[..., jax.Array]:
     """A Flax ``attention_fn`` that attends blockwise, the bias computed per tile.
 
@@ -195,6 +202,8 @@ def blockwise_attention_fn(
       scale: the logit scale; None means ``1 / sqrt(H)``.
       block_q: query rows per tile.
       block_k: keys per tile.
+      implementation: the kernel, as in :func:`flax_posenc.blockwise_attention`
+        (a Pallas one takes no Flax ``mask``: use ``causal`` and segment ids).
 
     Returns:
       A function with the keywords of Flax's ``dot_product_attention`` that
@@ -241,6 +250,7 @@ def blockwise_attention_fn(
         scale=scale,
         block_q=block_q,
         block_k=block_k,
+        implementation=implementation,
     )
 
     def kernel(
@@ -254,7 +264,7 @@ def blockwise_attention_fn(
         """``blockwise_attention(RoPE(query), RoPE(key), value, mask=mask, ...)``."""
         spec = with_causal(settings, is_causal)
         spec = check_call(spec, query, key, value, mask)
-        return _blockwise.attention(query, key, value, spec, precision)
+        return _dispatch.attention(query, key, value, spec, precision)
 
     hint = "dropout_rate=0.0, or positional_attention_fn with a bias array."
     return flax_signature(kernel, "Blockwise attention", hint)

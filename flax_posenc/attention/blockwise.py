@@ -35,14 +35,15 @@ from typing import Any
 
 import jax
 
-from flax_posenc.attention import _blockwise
-from flax_posenc.attention._spec import check_spec
+from flax_posenc.attention import _dispatch
+from flax_posenc.attention._spec import AttentionImplementation, check_spec
 from flax_posenc.bias.alibi import AlibiBias
 from flax_posenc.bias.position_bias import PositionBias
 from flax_posenc.bias.relative import RelativeBias
 
 __all__ = [
     "AlibiBias",
+    "AttentionImplementation",
     "PositionBias",
     "RelativeBias",
     "blockwise_attention",
@@ -65,6 +66,7 @@ def blockwise_attention(
     block_q: int = 512,
     block_k: int = 512,
     precision: Any = None,
+    implementation: AttentionImplementation = "xla",
 ) -> jax.Array:
     """Softmax attention with a position bias computed tile by tile.
 
@@ -103,6 +105,12 @@ def blockwise_attention(
       block_k: keys per tile (``min(block_k, S)`` is used).
       precision: ``jax.lax.Precision`` of the two matmuls (as in
         ``jnp.einsum``); None is the backend default.
+      implementation: the kernel (see :data:`flax_posenc.AttentionImplementation`
+        and the guide's "Attention on TPU and GPU"): ``"xla"`` (the default, every
+        backend), ``"pallas_tpu"`` (TPU flash attention with the bias computed in
+        the kernel; forward only, no ``mask``, ``block_q`` a multiple of 8 and
+        ``block_k`` of 128, a bias with ``kernel_form()``), or
+        ``"pallas_tpu_interpret"`` (that kernel in Pallas's interpreter, on CPU).
 
     Returns:
       ``[..., L, N, Hv]`` in q's dtype.
@@ -110,12 +118,14 @@ def blockwise_attention(
     Raises:
       TypeError: non-floating q/k/v, non-integer positions or segment ids, a
         non-numeric ``mask``, a non-bool ``causal``, a ``bias`` that is not
-        callable, non-int block sizes.
+        callable, non-int block sizes; a Pallas ``implementation`` with a bias
+        that has no ``kernel_form()``.
       ValueError: mismatched shapes or heads (``N % K``, ``AlibiBias.num_heads`` or
         the table's heads against q's ``N``), ``bias``/``causal`` without
         ``q_positions``, positions or segment ids that break the positions rule, a
         bias tile of the wrong shape, a ``mask`` that does not broadcast, a
-        ``scale <= 0``, block sizes ``<= 0``.
+        ``scale <= 0``, block sizes ``<= 0``; an unknown ``implementation``; a
+        Pallas one with a ``mask`` or block sizes off the TPU tiling.
 
     Examples:
       ALiBi over 4096 tokens without the ``[4, 4096, 4096]`` bias:
@@ -153,5 +163,6 @@ def blockwise_attention(
         scale=scale,
         block_q=block_q,
         block_k=block_k,
+        implementation=implementation,
     )
-    return _blockwise.attention(q, k, v, spec, precision)
+    return _dispatch.attention(q, k, v, spec, precision)

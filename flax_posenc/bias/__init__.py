@@ -15,8 +15,12 @@ from flax_posenc.bias.kerple import KerpleBias as KerpleBias
 from flax_posenc.bias.kerple import KerpleKernel as KerpleKernel
 from flax_posenc.bias.kerple import kerple_bias as kerple_bias
 from flax_posenc.bias.kerple import kerple_parameters as kerple_parameters
+from flax_posenc.bias.position_bias import KernelBias as KernelBias
 from flax_posenc.bias.position_bias import PositionBias as PositionBias
 from flax_posenc.bias.position_bias import PositionBiasCases as PositionBiasCases
+from flax_posenc.bias.position_bias import (
+    PositionBiasKernel as PositionBiasKernel,
+)
 from flax_posenc.bias.relative import RelativeBias as RelativeBias
 from flax_posenc.bias.relative import relative_position_bias as relative_position_bias
 from flax_posenc.bias.relative import (
@@ -27,10 +31,12 @@ __all__ = [
     "AlibiBias",
     "FireBias",
     "FireParams",
+    "KernelBias",
     "KerpleBias",
     "KerpleKernel",
     "PositionBias",
     "PositionBiasCases",
+    "PositionBiasKernel",
     "RelativeBias",
     "alibi_bias",
     "alibi_slopes",

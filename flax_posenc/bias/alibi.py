@@ -26,6 +26,7 @@ import numpy as np
 
 from flax_posenc._core.offsets import offsets
 from flax_posenc._core.validation import check_position_pairs, check_positive_int
+from flax_posenc.bias.position_bias import KernelBias, Scalar
 
 __all__ = [
     "AlibiBias",
@@ -150,3 +151,16 @@ class AlibiBias:
     def tile(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
         """The call on checked integer positions (the kernels' tiles)."""
         return _alibi(q_positions, k_positions, self.num_heads)
+
+    def kernel_form(self) -> KernelBias:
+        """The bias for a Pallas kernel: each head's slope, ``-slope |q - k|``."""
+        slopes = jnp.asarray(_slopes(self.num_heads), jnp.float32)[:, None]
+        return KernelBias(slopes, jnp.zeros((1,), jnp.float32), _alibi_tile)
+
+
+def _alibi_tile(
+    head: Scalar, shared: Scalar, q_positions: jax.Array, k_positions: jax.Array
+) -> jax.Array:
+    """One head's float32 ``[l, s]`` tile (:class:`flax_posenc.KernelBias`)."""
+    del shared
+    return -head(0) * jnp.abs((k_positions - q_positions).astype(jnp.float32))

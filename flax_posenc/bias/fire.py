@@ -49,6 +49,7 @@ from flax_posenc._core.validation import (
     check_position_pairs,
     check_positive_float,
 )
+from flax_posenc.bias.position_bias import KernelBias, Scalar
 
 __all__ = [
     "FireBias",
@@ -199,12 +200,44 @@ def _normalised_distance(
     threshold = threshold.reshape(heads_shape)
     d = jnp.abs(distance).astype(jnp.float32)[..., None, :, :]
     q = q_positions.astype(jnp.float32)[..., None, :, None]
-    normaliser = jnp.log1p(c * jnp.maximum(q, threshold)) + eps
-    u = jnp.log1p(c * d) / normaliser
+    u = _normalised(q, d, c, threshold, eps)
     # Kept whole (an optimization barrier): fused into its consumers, XLA would
     # evaluate the logs once per hidden unit and head (two orders of magnitude
     # slower on CPU).
     return jax.lax.optimization_barrier(u)
+
+
+def _normalised(
+    q: jax.Array, d: jax.Array, c: Any, threshold: Any, eps: float
+) -> jax.Array:
+    """``u = log(1 + c d) / (log(1 + c max(q, threshold)) + eps)`` at float32 query
+    positions ``q`` and distances ``d`` (``c`` and the threshold broadcast)."""
+    return jnp.log1p(c * d) / (jnp.log1p(c * jnp.maximum(q, threshold)) + eps)
+
+
+@dataclasses.dataclass(frozen=True)
+class _FireTile:
+    """One head's float32 ``[l, s]`` tile (:class:`flax_posenc.KernelBias`): the
+    head's scalars are ``(|c|, threshold, b2, W2[:, h])``, the shared ones ``(W1,
+    b1)``; every hidden unit is evaluated (no per-tile cases in a kernel)."""
+
+    width: int  # W, the hidden units
+    eps: float
+
+    def __call__(
+        self,
+        head: Scalar,
+        shared: Scalar,
+        q_positions: jax.Array,
+        k_positions: jax.Array,
+    ) -> jax.Array:
+        d = jnp.abs((k_positions - q_positions).astype(jnp.float32))
+        u = _normalised(q_positions.astype(jnp.float32), d, head(0), head(1), self.eps)
+        out = jnp.zeros(u.shape, jnp.float32) + head(2)
+        for w in range(self.width):
+            hidden = jax.nn.relu(u * shared(w) + shared(self.width + w))
+            out = out + head(3 + w) * hidden
+        return out
 
 
 @jax.custom_jvp
@@ -368,6 +401,26 @@ class FireBias:
     def __call__(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
         """float32 ``[..., N, L, S]``, see :func:`flax_posenc.fire_bias`."""
         return self.tile(*check_position_pairs(q_positions, k_positions))
+
+    def kernel_form(self) -> KernelBias:
+        """The bias for a Pallas kernel: each head's ``|c|``, threshold, output bias
+        and output column; the hidden layer shared."""
+        f32 = _as_float32(self.params)
+        heads = self.num_heads
+        per_head = lambda x: jnp.broadcast_to(x, (heads,))
+        threshold = jnp.abs(f32.threshold_multiplier * self.init_threshold)
+        head_params = jnp.concatenate(
+            [
+                jnp.stack([per_head(jnp.abs(f32.c)), per_head(threshold)], axis=-1),
+                f32.output_bias[:, None],
+                f32.output_kernel.T,
+            ],
+            axis=-1,
+        )
+        shared = jnp.concatenate([f32.hidden_kernel, f32.hidden_bias])
+        return KernelBias(
+            head_params, shared, _FireTile(f32.hidden_kernel.shape[0], self.eps)
+        )
 
     def tile(self, q_positions: jax.Array, k_positions: jax.Array) -> jax.Array:
         """The call on checked integer positions (the kernels' tiles)."""

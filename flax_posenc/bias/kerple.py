@@ -40,6 +40,7 @@ from flax_posenc._core.validation import (
     check_float_array,
     check_position_pairs,
 )
+from flax_posenc.bias.position_bias import KernelBias, Scalar
 
 __all__ = [
     "KerpleBias",
@@ -184,12 +185,37 @@ def _kerple(
     shape = (1,) * (distance.ndim - 2) + (-1, 1, 1)
     r1, r2 = r1.reshape(shape), r2.reshape(shape)
     d = jnp.abs(distance).astype(jnp.float32)[..., None, :, :]
+    return _kernel_value(d, r1, r2, kernel)
+
+
+def _kernel_value(d: jax.Array, r1: Any, r2: Any, kernel: str) -> jax.Array:
+    """Kerple's value at float32 distances ``d`` for constrained ``r1, r2`` (arrays
+    that broadcast against ``d``, or scalars)."""
     if kernel == "log":
         return -r1 * jnp.log1p(r2 * d)
     positive = d > 0
     # d^r2 = exp(r2 log d) for d > 0; at d = 0 the value and both gradients are 0.
     power = jnp.where(positive, jnp.exp(r2 * jnp.log(jnp.where(positive, d, 1.0))), 0.0)
     return -r1 * power
+
+
+@dataclasses.dataclass(frozen=True)
+class _KerpleTile:
+    """One head's float32 ``[l, s]`` tile (:class:`flax_posenc.KernelBias`); a
+    value, so that equal settings share a compiled kernel."""
+
+    kernel: str
+
+    def __call__(
+        self,
+        head: Scalar,
+        shared: Scalar,
+        q_positions: jax.Array,
+        k_positions: jax.Array,
+    ) -> jax.Array:
+        del shared
+        d = jnp.abs((k_positions - q_positions).astype(jnp.float32))
+        return _kernel_value(d, head(0), head(1), self.kernel)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -242,6 +268,15 @@ class KerpleBias:
             self.r1_unconstrained,
             self.r2_unconstrained,
             self.kernel,
+        )
+
+    def kernel_form(self) -> KernelBias:
+        """The bias for a Pallas kernel: each head's constrained ``r1, r2``."""
+        r1, r2 = _constrained(self.r1_unconstrained, self.r2_unconstrained, self.kernel)
+        return KernelBias(
+            jnp.stack([r1, r2], axis=-1),
+            jnp.zeros((1,), jnp.float32),
+            _KerpleTile(self.kernel),
         )
 
 

@@ -8,11 +8,11 @@ function of positions, and these protocols say what the kernels read of it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import jax
 
-__all__ = ["PositionBias", "PositionBiasCases"]
+__all__ = ["KernelBias", "PositionBias", "PositionBiasCases", "PositionBiasKernel"]
 
 
 @runtime_checkable
@@ -61,4 +61,46 @@ class PositionBiasCases(PositionBias, Protocol):
         self, q_positions: jax.Array, k_positions: jax.Array
     ) -> tuple[jax.Array, tuple[Callable[..., jax.Array], ...]]:
         """``(index, cases)`` for the tile at these positions."""
+        ...
+
+
+Scalar = Callable[[int], Any]
+"""``scalar(i)``: the ``i``-th float32 scalar of a parameter row (a scalar in the
+kernel, a 0-d array in the reference)."""
+
+
+class KernelBias(NamedTuple):
+    """A bias as a Pallas kernel computes it: one head's ``[l, s]`` tile from
+    float32 scalars, with no ``[N, L, S]`` array and no gather.
+
+    ``tile(head, shared, q_positions, k_positions)`` returns the float32 ``[l, s]``
+    bias of one head for int32 position tiles ``[l, s]`` (every pair's query and
+    key positions), where ``head(i)`` is ``head_params[h, i]`` and ``shared(j)`` is
+    ``shared_params[j]``. The kernel holds both parameter arrays in scalar memory;
+    its tests compare ``tile`` per head with the bias's own call.
+
+    Attributes:
+      head_params: float32 ``[N, P]``, each head's scalars (ALiBi's slope, a T5
+        table column, Kerple's ``r1, r2``, FIRE's output column).
+      shared_params: float32 ``[Q]``, ``Q >= 1``, the scalars of every head (FIRE's
+        hidden layer).
+      tile: the function above (static: part of the compiled kernel).
+    """
+
+    head_params: jax.Array
+    shared_params: jax.Array
+    tile: Callable[[Scalar, Scalar, jax.Array, jax.Array], jax.Array]
+
+
+@runtime_checkable
+class PositionBiasKernel(PositionBias, Protocol):
+    """A :class:`PositionBias` that a Pallas kernel computes per tile:
+    ``kernel_form()`` gives its :class:`KernelBias`.
+    :class:`flax_posenc.AlibiBias`, :class:`flax_posenc.RelativeBias`,
+    :class:`flax_posenc.KerpleBias` and :class:`flax_posenc.FireBias` have it; a
+    bias without it runs on ``implementation="xla"`` only.
+    """
+
+    def kernel_form(self) -> KernelBias:
+        """The bias's :class:`KernelBias`."""
         ...

@@ -43,6 +43,7 @@ from flax_posenc._core.validation import (
     check_position_pairs,
     check_positive_int,
 )
+from flax_posenc.bias.position_bias import KernelBias, Scalar
 
 __all__ = [
     "RelativeBias",
@@ -127,13 +128,9 @@ def _buckets(
 ) -> jax.Array:
     """:func:`relative_position_bucket` of checked arguments (``buckets`` per
     direction)."""
-    relative_position = relative_position.astype(jnp.int32)
-    if bidirectional:
-        offset = jnp.where(relative_position > 0, buckets, 0)
-        distance = jnp.abs(relative_position)
-    else:
-        offset = jnp.zeros_like(relative_position)
-        distance = jnp.maximum(-relative_position, 0)
+    offset, distance = _direction(
+        relative_position.astype(jnp.int32), buckets, bidirectional
+    )
     table = _distance_buckets(buckets, max_distance)
     thresholds = _bucket_thresholds(table, buckets // 2)
 
@@ -149,6 +146,51 @@ def _buckets(
     else:
         bucket = lookup(distance)
     return (offset + bucket).astype(jnp.int32)
+
+
+def _direction(
+    relative_position: jax.Array, buckets: int, bidirectional: bool
+) -> tuple[jax.Array, jax.Array]:
+    """The bucket offset of the direction and the distance in it, int32."""
+    if bidirectional:
+        offset = jnp.where(relative_position > 0, buckets, 0)
+        distance = jnp.where(
+            relative_position < 0, -relative_position, relative_position
+        )
+    else:
+        offset = jnp.zeros_like(relative_position)
+        distance = jnp.maximum(-relative_position, 0)
+    return offset, distance
+
+
+@dataclasses.dataclass(frozen=True)
+class _BucketTile:
+    """One head's float32 ``[l, s]`` tile (:class:`flax_posenc.KernelBias`): the
+    bucket by compares (no gather), then the head's table entry by selects."""
+
+    buckets: int  # per direction
+    max_distance: int
+    bidirectional: bool
+
+    def __call__(
+        self,
+        head: Scalar,
+        shared: Scalar,
+        q_positions: jax.Array,
+        k_positions: jax.Array,
+    ) -> jax.Array:
+        del shared
+        offset, distance = _direction(
+            k_positions - q_positions, self.buckets, self.bidirectional
+        )
+        max_exact = self.buckets // 2
+        table = _distance_buckets(self.buckets, self.max_distance)
+        thresholds = _bucket_thresholds(table, max_exact)
+        bucket = offset + _cpu.t5_buckets(distance, max_exact, thresholds)
+        out = jnp.zeros(bucket.shape, jnp.float32)
+        for index in range(self.buckets * (2 if self.bidirectional else 1)):
+            out = jnp.where(bucket == index, head(index), out)
+        return out
 
 
 def relative_position_bias(
@@ -300,6 +342,15 @@ class RelativeBias:
             buckets,
             self.max_distance,
             self.bidirectional,
+        )
+
+    def kernel_form(self) -> KernelBias:
+        """The bias for a Pallas kernel: each head's column of the table."""
+        buckets = self.table.shape[0] // (2 if self.bidirectional else 1)
+        return KernelBias(
+            jnp.asarray(self.table, jnp.float32).T,
+            jnp.zeros((1,), jnp.float32),
+            _BucketTile(buckets, self.max_distance, self.bidirectional),
         )
 
 

@@ -1,0 +1,294 @@
+"""The Pallas TPU kernel (``implementation="pallas_tpu"``), checked without a TPU.
+
+Truth: the float64 dense softmax of ``tests/test_blockwise.py`` with the float64
+biases of ``tests/test_blockwise.py`` and ``tests/length_reference.py`` (the papers'
+formulas), and the ``"xla"`` kernel. The kernel runs in Pallas's interpreter on CPU
+(``"pallas_tpu_interpret"``: the same kernel body, grid and index maps, the
+hardware's memories simulated) and is lowered for TPU by ``jax.export`` (Mosaic),
+where no buffer of ``L * S`` elements may appear. The interpreter is slow: a few
+cases run by default, the grid of biases x masks x dtypes under ``slow``.
+
+Tolerances: float32 ``4e-6`` against float64 (an online softmax over a few tiles;
+the blockwise kernel's own bound), bfloat16 ``2e-2`` (inputs rounded to 8 bits of
+mantissa, statistics in float32).
+"""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import jax.numpy as jnp
+import length_reference as ref
+import numpy as np
+import pytest
+from jax import export
+from test_blockwise import alibi_reference, dense_reference, t5_reference
+
+import flax_posenc as fp
+from flax_posenc.attention import _blockwise, _pallas_tpu, _spec
+
+RNG = np.random.default_rng(33)
+HEADS, KV_HEADS = 8, 2
+KERPLE = RNG.standard_normal((2, HEADS)).astype(np.float32)
+FIRE = fp.FireParams(
+    np.float32(0.1),
+    RNG.standard_normal(HEADS).astype(np.float32),
+    RNG.standard_normal(8).astype(np.float32),
+    RNG.standard_normal(8).astype(np.float32),
+    RNG.standard_normal((8, HEADS)).astype(np.float32),
+    RNG.standard_normal(HEADS).astype(np.float32),
+)
+TABLE = RNG.standard_normal((32, HEADS)).astype(np.float32)
+
+
+def kerple64(q_pos, k_pos, kernel):
+    r1 = ref.softplus(KERPLE[0])
+    r2 = ref.softplus(KERPLE[1]) if kernel == "log" else 2 * ref.sigmoid(KERPLE[1])
+    return np.stack(
+        [ref.kerple(q, k, r1, r2, kernel) for q, k in zip(q_pos, k_pos, strict=True)]
+    )
+
+
+def fire64(q_pos, k_pos):
+    """Each head with its own threshold (threshold_multiplier is per head)."""
+    c, t, w1, b1, w2, b2 = FIRE
+    per_head = lambda q, k, h: ref.fire(q, k, c, abs(t[h] * 64.0), w1, b1, w2, b2)[h]
+    return np.stack(
+        [
+            np.stack([per_head(q, k, h) for h in range(HEADS)])
+            for q, k in zip(q_pos, k_pos, strict=True)
+        ]
+    )
+
+
+# name: (the bias, its float64 [B, N, L, S] from [B, L], [B, S] positions)
+BIASES = {
+    "none": (None, lambda q, k: 0.0),
+    "alibi": (fp.AlibiBias(HEADS), lambda q, k: alibi_reference(q, k, HEADS)),
+    "t5": (fp.RelativeBias(TABLE), lambda q, k: t5_reference(TABLE, q, k)),
+    "t5_causal": (
+        fp.RelativeBias(TABLE, bidirectional=False),
+        lambda q, k: t5_reference(TABLE, q, k, bidirectional=False),
+    ),
+    "kerple_log": (
+        fp.KerpleBias(KERPLE[0], KERPLE[1]),
+        lambda q, k: kerple64(q, k, "log"),
+    ),
+    "kerple_power": (
+        fp.KerpleBias(KERPLE[0], KERPLE[1], kernel="power"),
+        lambda q, k: kerple64(q, k, "power"),
+    ),
+    "fire": (fp.FireBias(FIRE, init_threshold=64.0), fire64),
+}
+
+
+def inputs(length, keys, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((2, length, HEADS, 128)).astype(np.float32)
+    k, v = rng.standard_normal((2, 2, keys, KV_HEADS, 128)).astype(np.float32)
+    return q.astype(dtype), k.astype(dtype), v.astype(dtype)
+
+
+def check_case(bias_name, causal, segments, length, keys, dtype):
+    """The interpreted kernel against float64 and the xla kernel: left padding
+    (sequence 0 starts with 5 padding tokens, their own segment), packed segments
+    with positions restarting, grouped k/v heads, lengths off the blocks."""
+    q, k, v = inputs(length, keys, dtype)
+    q_pos = np.stack([np.maximum(np.arange(length) - 5, 0), np.arange(length)])
+    k_pos = np.stack([np.maximum(np.arange(keys) - 5, 0), np.arange(keys)])
+    options = {"q_positions": q_pos, "k_positions": k_pos, "causal": causal}
+    allowed = np.ones((2, 1, length, keys), bool)
+    if causal:
+        allowed &= k_pos[:, None, None, :] <= q_pos[:, None, :, None]
+    if segments:
+        q_seg = np.stack([np.arange(length) >= 5, np.arange(length) // 60])
+        k_seg = np.stack([np.arange(keys) >= 5, np.arange(keys) // 60])
+        q_seg, k_seg = q_seg.astype(np.int32), k_seg.astype(np.int32)
+        options |= {"q_segment_ids": q_seg, "k_segment_ids": k_seg}
+        allowed &= k_seg[:, None, None, :] == q_seg[:, None, :, None]
+    bias, bias64 = BIASES[bias_name]
+    options |= {"bias": bias, "block_q": 32, "block_k": 128}
+    out = fp.blockwise_attention(
+        q, k, v, implementation="pallas_tpu_interpret", **options
+    )
+    assert out.dtype == q.dtype and out.shape == q.shape
+    xla = fp.blockwise_attention(q, k, v, **options)
+    want = dense_reference(q, k, v, bias64(q_pos, k_pos), allowed)
+    tol = 4e-6 if dtype == np.float32 else 2e-2
+    scale = max(1.0, float(np.abs(want).max()))
+    np.testing.assert_allclose(np.asarray(out, np.float64), want, atol=tol * scale)
+    np.testing.assert_allclose(
+        np.asarray(out, np.float32), np.asarray(xla, np.float32), atol=tol * scale
+    )
+
+
+@pytest.mark.parametrize(
+    ("bias_name", "causal", "segments", "dtype"),
+    [
+        ("alibi", True, True, np.float32),
+        ("t5", False, True, np.float32),
+        ("fire", True, False, jnp.bfloat16),
+    ],
+)
+def test_interpreted_kernel_equals_float64_and_xla(bias_name, causal, segments, dtype):
+    check_case(bias_name, causal, segments, 100, 150, dtype)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("segments", [False, True], ids=["", "segments"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("bias_name", sorted(BIASES))
+def test_every_bias_mask_and_dtype(bias_name, causal, segments, dtype):
+    check_case(bias_name, causal, segments, 72, 136, dtype)
+
+
+def test_kernel_forms_equal_each_head_of_the_bias():
+    """``KernelBias.tile`` per head, with plain arrays for the scalars, equals the
+    bias's own call (the kernel computes exactly this), at distances past T5's
+    exact buckets and FIRE's threshold."""
+    q_pos = np.array([0, 3, 40, 200, 700])
+    k_pos = np.array([0, 5, 39, 41, 199, 650, 700, 2000])
+    pairs = [
+        jnp.asarray(x, jnp.int32) for x in np.broadcast_arrays(q_pos[:, None], k_pos)
+    ]
+    for name, (bias, _) in BIASES.items():
+        if bias is None:
+            continue
+        full = np.asarray(bias(jnp.asarray(q_pos), jnp.asarray(k_pos)))
+        form = bias.kernel_form()
+        shared = lambda j, form=form: form.shared_params[j]
+        # FIRE sums its hidden units in another order than the XLA form's fusion:
+        # within a few float32 roundings of its size.
+        atol = 4e-6 * max(1.0, float(np.abs(full).max())) if name == "fire" else 0.0
+        for h in range(HEADS):
+            head = lambda i, h=h, form=form: form.head_params[h, i]
+            tile = form.tile(head, shared, *pairs)
+            np.testing.assert_allclose(
+                tile, full[h], rtol=2e-7, atol=atol, err_msg=name
+            )
+
+
+def test_skipped_tiles_fetch_no_new_block():
+    """Causal with sorted positions: tile ``(i, j)`` runs for ``j <= i`` only, and a
+    skipped step's k/v block is the last that ran (no fetch)."""
+    q, k, v = inputs(512, 512, np.float32)
+    positions = np.arange(512)
+    arrays = _spec.Arrays(positions, None, None, None, None)
+    blocks = _blockwise.prepare(q, k, v, arrays, _spec.Options(True, None, 128, 128))
+    static = _pallas_tpu._Static(
+        scale=1.0, causal=True, positions=True, segments=False, tile=None,
+        params_per_head=1, keys=512, block_q=128, block_k=128, groups=4,
+        batch_rows=False, precision=None, interpret=True,
+    )  # fmt: skip
+    run, fetch, *_ = _pallas_tpu._operands(blocks, None, static)
+    lower = np.tril(np.ones((4, 4), np.int32))
+    np.testing.assert_array_equal(run[0], lower)
+    np.testing.assert_array_equal(
+        fetch[0], np.minimum(np.arange(4)[None], np.arange(4)[:, None])
+    )
+
+
+TENSOR = re.compile(r"tensor<((?:\d+x)+)")
+
+
+@pytest.mark.parametrize(
+    "bias_name",
+    ["alibi", pytest.param("t5", marks=pytest.mark.slow)]
+    + [
+        pytest.param(n, marks=pytest.mark.slow)
+        for n in ("none", "kerple_log", "kerple_power", "fire")
+    ],
+)
+def test_lowers_for_tpu_with_no_buffer_of_l_by_s(bias_name):
+    """Mosaic lowers the kernel (``tpu_custom_call``) for bfloat16, causal, packed
+    segments and grouped heads at ``L = S = 2048``; the largest array of the module
+    is q itself, below ``L * S``."""
+    length, bias = 2048, BIASES[bias_name][0]
+
+    def attend(q, k, v, positions, segments):
+        return fp.blockwise_attention(
+            q, k, v, q_positions=positions, q_segment_ids=segments, bias=bias,
+            causal=True, implementation="pallas_tpu",
+        )  # fmt: skip
+
+    shapes = [(1, length, HEADS, 128)] + [(1, length, KV_HEADS, 128)] * 2
+    args = [jax.ShapeDtypeStruct(s, jnp.bfloat16) for s in shapes]
+    args += [jax.ShapeDtypeStruct((1, length), jnp.int32)] * 2
+    module = export.export(jax.jit(attend), platforms=("tpu",))(*args).mlir_module()
+    assert "tpu_custom_call" in module
+    sizes = [
+        np.prod([int(d) for d in m.rstrip("x").split("x")])
+        for m in TENSOR.findall(module)
+    ]
+    assert max(sizes) < length * length
+
+
+def test_its_gradient_raises_naming_the_xla_implementation():
+    q, k, v = inputs(16, 128, np.float32)
+
+    def loss(q):
+        out = fp.blockwise_attention(
+            q, k, v, q_positions=np.arange(16), k_positions=np.arange(128),
+            causal=True, block_q=8, implementation="pallas_tpu_interpret",
+        )  # fmt: skip
+        return out.sum()
+
+    with pytest.raises(
+        NotImplementedError, match="differentiate with implementation='xla'"
+    ):
+        jax.grad(loss)(q)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        (dict(implementation="pallas"), ValueError, r"`implementation` must be one of"),
+        (
+            dict(block_q=100),
+            ValueError,
+            r"`block_q` must be a multiple of 8 .*block_q=96",
+        ),
+        (
+            dict(block_k=200),
+            ValueError,
+            r"`block_k` must be a multiple of 128 .*block_k=128",
+        ),
+        (
+            dict(bias=lambda q, k: jnp.zeros((HEADS, q.shape[-1], k.shape[-1]))),
+            TypeError,
+            r"has no kernel_form\(\).*implementation='xla' takes any function",
+        ),
+        (
+            dict(mask=np.ones((16, 16), bool)),
+            ValueError,
+            r"`mask` is not taken by implementation='pallas_tpu'.*segment ids",
+        ),
+    ],
+)
+def test_requests_the_kernel_cannot_serve_raise(options, error, match):
+    q, k, v = inputs(16, 16, np.float32)
+    options = {"implementation": "pallas_tpu", "q_positions": np.arange(16)} | options
+    with pytest.raises(error, match=match):
+        fp.blockwise_attention(q, k, v, **options)
+
+
+def test_blockwise_attention_fn_runs_the_kernel_in_flax():
+    import flax
+
+    positions = np.arange(16)
+    x = np.random.default_rng(1).standard_normal((1, 16, 128)).astype(np.float32)
+
+    def module(implementation):
+        return flax.linen.MultiHeadDotProductAttention(
+            num_heads=1,
+            attention_fn=fp.blockwise_attention_fn(
+                q_positions=positions, bias=fp.AlibiBias(1), causal=True,
+                block_q=8, implementation=implementation,
+            ),
+        )  # fmt: skip
+
+    params = module("xla").init(jax.random.key(0), x)
+    out = module("pallas_tpu_interpret").apply(params, x)
+    np.testing.assert_allclose(out, module("xla").apply(params, x), atol=4e-6)
