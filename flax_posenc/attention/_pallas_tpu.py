@@ -19,44 +19,32 @@ prefetched into scalar memory (splash attention's block-sparse idea, from
 positions).
 
 Lengths are padded to the blocks (``block_q`` a multiple of 8, ``block_k`` of 128,
-TPU's tiling); padded keys are masked, padded queries dropped. The kernel has no
-backward pass yet: its gradient raises.
+TPU's tiling); padded keys are masked, padded queries dropped.
+
+The gradient (a ``custom_vjp``) is flash attention's backward in two more kernels,
+from the forward's row log-sum-exp: one over ``(B, N, Q, Kb)`` accumulates ``dq``,
+one over ``(B, N, Kb, Q)`` accumulates ``dk``, ``dv`` (per query head, summed over
+the group after) and the bias's scalars' gradient, the bias's own VJP on each tile
+(for T5 buckets, the sum of ``ds`` over each bucket's pairs). The tile math of all
+three is :mod:`flax_posenc.attention._pallas_tiles`.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from flax_posenc.attention import _pallas_tiles as tiles
 from flax_posenc.attention._blockwise import Blocks
+from flax_posenc.attention._pallas_tiles import LANES, SUBLANES, Static
 from flax_posenc.bias.position_bias import KernelBias
-
-LANES = 128  # a TPU vector register's lanes: block_k's unit
-SUBLANES = 8  # its sublanes: block_q's unit
-
-
-class _Static(NamedTuple):
-    """What the kernel is compiled for."""
-
-    scale: float
-    causal: bool
-    positions: bool  # q/k positions are inputs
-    segments: bool  # q/k segment ids are inputs
-    tile: Callable[..., jax.Array] | None  # KernelBias.tile, or no bias
-    params_per_head: int  # P of KernelBias.head_params
-    keys: int  # S before padding (keys from S on are masked)
-    block_q: int
-    block_k: int
-    groups: int  # G = N // K
-    batch_rows: bool  # positions / segment ids per sequence (else shared)
-    precision: Any  # of the two matmuls
-    interpret: bool
 
 
 def attention(
@@ -78,13 +66,14 @@ def attention(
     block_k = min(block_k, _round_up(keys, LANES))
     rows = [blocks.q_positions, blocks.q_segment_ids, blocks.k_positions]
     batch_rows = any(x is not None and x.shape[0] > 1 for x in rows)
-    static = _Static(
+    static = Static(
         scale=blocks.scale,
         causal=blocks.causal,
         positions=blocks.q_positions is not None,
         segments=blocks.q_segment_ids is not None,
         tile=None if form is None else form.tile,
         params_per_head=1 if form is None else form.head_params.shape[1],
+        shared_params=1 if form is None else form.shared_params.shape[0],
         keys=keys,
         block_q=block_q,
         block_k=block_k,
@@ -99,7 +88,7 @@ def attention(
     return out.reshape(*blocks.batch_shape, length, kv_heads * groups, -1)
 
 
-def _operands(blocks: Blocks, form: KernelBias | None, static: _Static) -> tuple:
+def _operands(blocks: Blocks, form: KernelBias | None, static: Static) -> tuple:
     """The kernel's inputs: the run / fetch tables and the bias's scalars (scalar
     prefetch), q ``[B, N, Lp, H]``, k and v ``[B, K, Sp, H]``, then lane-broadcast
     positions and segment ids where the kernel reads them."""
@@ -152,7 +141,7 @@ def _pad(x: jax.Array, size: int, axis: int) -> jax.Array:
     return jnp.pad(x, pad)
 
 
-def _rows_of(x: jax.Array, batch: int, static: _Static, size: int) -> jax.Array:
+def _rows_of(x: jax.Array, batch: int, static: Static, size: int) -> jax.Array:
     """int32 ``[B or 1, size]`` rows, padded with 0 (``[B]`` when any input has
     a row per sequence, so that one index map serves all)."""
     if static.batch_rows:
@@ -161,7 +150,7 @@ def _rows_of(x: jax.Array, batch: int, static: _Static, size: int) -> jax.Array:
 
 
 def _block_tables(
-    q_rows: list, k_rows: list, static: _Static, padded_q: int, padded_k: int
+    q_rows: list, k_rows: list, static: Static, padded_q: int, padded_k: int
 ) -> tuple[jax.Array, jax.Array]:
     """int32 ``run [Bt, Q, Kb]`` (1 where some pair of the tile may attend) and
     ``fetch [Bt, Q, Kb]`` (the k/v block a step reads: its own where it runs,
@@ -191,84 +180,162 @@ def _block_tables(
     return run.astype(jnp.int32), jnp.maximum(last, 0)
 
 
-def _forward(static: _Static, *operands: jax.Array) -> jax.Array:
-    """The kernel's output ``[B, N, Lp, Hv]``; its gradient raises."""
+def _forward(static: Static, *operands: jax.Array) -> jax.Array:
+    """The kernel's output ``[B, N, Lp, Hv]``, differentiable."""
     return _differentiable(static, *operands)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _differentiable(static: _Static, *operands: jax.Array) -> jax.Array:
-    return _call(static, *operands)
+def _differentiable(static: Static, *operands: jax.Array) -> jax.Array:
+    return _call_forward(static, operands, residuals=False)
 
 
-def _forward_fwd(static: _Static, *operands: jax.Array):
-    return _call(static, *operands), None
+def _forward_fwd(static: Static, *operands: jax.Array):
+    out, lse = _call_forward(static, operands, residuals=True)
+    return out, (operands, out, lse)
 
 
-def _forward_bwd(static: _Static, residuals: None, d_out: jax.Array):
-    raise NotImplementedError(
-        "implementation='pallas_tpu' has no backward pass yet: its gradient is not "
-        "computed. Hint: differentiate with implementation='xla' (the same values)."
+def _forward_bwd(static: Static, residuals: tuple, d_out: jax.Array) -> tuple:
+    """Cotangents of every operand: float0 for the integer tables and tiles."""
+    operands, out, lse = residuals
+    q, k = operands[4], operands[5]
+    batch = q.shape[0]
+    d_out = d_out.astype(q.dtype)
+    delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)
+    delta = jnp.broadcast_to(delta[..., None], (*delta.shape, LANES))
+    d_q = _call_dq(static, operands, d_out, lse, delta)
+    d_k, d_v, d_head, d_shared = _call_dkv(static, operands, d_out, lse, delta)
+    kv_heads = k.shape[1]
+    group_sum = lambda x: x.reshape(batch, kv_heads, static.groups, *x.shape[2:]).sum(2)
+    d_head_params = d_shared_params = jnp.zeros_like(operands[2])
+    if static.tile is not None:
+        per_head = d_head.sum((0, 2))[:, 0, : static.params_per_head]
+        d_head_params = per_head.reshape(-1)
+        d_shared_params = d_shared.sum((0, 1, 2))[0, : static.shared_params]
+    float0 = lambda x: np.zeros(x.shape, jax.dtypes.float0)
+    return (
+        float0(operands[0]),
+        float0(operands[1]),
+        d_head_params,
+        d_shared_params,
+        d_q.astype(q.dtype),
+        group_sum(d_k).astype(k.dtype),
+        group_sum(d_v).astype(operands[6].dtype),
+        *(float0(x) for x in operands[7:]),
     )
 
 
 _differentiable.defvjp(_forward_fwd, _forward_bwd)
 
 
-def _call(static: _Static, *operands: jax.Array) -> jax.Array:
-    """The ``pallas_call`` over the grid ``(B, N, Q, Kb)``."""
-    q, k = operands[4], operands[5]
-    batch, heads, padded_q, head_dim = q.shape
-    padded_k, value_dim = k.shape[2], operands[6].shape[3]
-    bq, bk, groups = static.block_q, static.block_k, static.groups
-    row = (lambda b: b) if static.batch_rows else (lambda b: 0)
+def _row(static: Static) -> Callable[[Any], Any]:
+    """The row of positions / segment ids / tables for sequence ``b``."""
+    return (lambda b: b) if static.batch_rows else (lambda b: 0)
 
-    def kv_map(b, h, i, j, run, fetch, *_):
-        return b, jax.lax.div(h, groups), fetch[row(b), i, j], 0
 
-    in_specs = [
-        pl.BlockSpec((None, None, bq, head_dim), lambda b, h, i, j, *_: (b, h, i, 0)),
-        pl.BlockSpec((None, None, bk, head_dim), kv_map),
-        pl.BlockSpec((None, None, bk, value_dim), kv_map),
-    ]
-    q_tile = pl.BlockSpec((None, bq, LANES), lambda b, h, i, j, *_: (row(b), i, 0))
+def _specs(static: Static, q: jax.Array, v: jax.Array, order: str) -> dict:
+    """The block specs of the q side (q-like arrays, their lanes and the q
+    tiles) and the k side (k, v, the k tiles), for a grid ``(B, N, q block, k
+    block)`` (``order="qk"``: a skipped step's k block is ``fetch``'s) or ``(B, N,
+    k block, q block)`` (``"kq"``: a skipped step's q block is ``fetch``'s)."""
+    row, groups = _row(static), static.groups
+    bq, bk = static.block_q, static.block_k
+
+    def blocks(b, x, y, fetch):
+        if order == "qk":
+            return x, fetch[row(b), x, y]
+        return fetch[row(b), x, y], x
+
+    def q_side(width):
+        return pl.BlockSpec(
+            (None, None, bq, width),
+            lambda b, h, x, y, run, fetch, *_: (b, h, blocks(b, x, y, fetch)[0], 0),
+        )
+
+    def kv_side(width):
+        return pl.BlockSpec(
+            (None, None, bk, width),
+            lambda b, h, x, y, run, fetch, *_: (
+                b, jax.lax.div(h, groups), blocks(b, x, y, fetch)[1], 0
+            ),
+        )  # fmt: skip
+
+    q_tile = pl.BlockSpec(
+        (None, bq, LANES),
+        lambda b, h, x, y, run, fetch, *_: (row(b), blocks(b, x, y, fetch)[0], 0),
+    )
     k_tile = pl.BlockSpec(
         (None, SUBLANES, bk),
-        lambda b, h, i, j, run, fetch, *_: (row(b), 0, fetch[row(b), i, j]),
+        lambda b, h, x, y, run, fetch, *_: (row(b), 0, blocks(b, x, y, fetch)[1]),
     )
-    in_specs += [q_tile, k_tile] * (static.positions + static.segments)
-    grid = (batch, heads, padded_q // bq, padded_k // bk)
+    head_dim, value_dim = q.shape[-1], v.shape[-1]
+    return {
+        "q": q_side(head_dim),
+        "d_out": q_side(value_dim),
+        "lanes": q_side(LANES),
+        "k": kv_side(head_dim),
+        "v": kv_side(value_dim),
+        "tiles": [q_tile, k_tile] * (static.positions + static.segments),
+    }
+
+
+def _pallas(static: Static, kernel, grid, in_specs, out_specs, out_shape, scratch):
+    """``pl.pallas_call`` with the four scalar-prefetch operands and the last grid
+    axis the one that accumulates."""
     return pl.pallas_call(
-        functools.partial(_kernel, static),
-        out_shape=jax.ShapeDtypeStruct((batch, heads, padded_q, value_dim), q.dtype),
+        functools.partial(kernel, static),
+        out_shape=out_shape,
         grid_spec=pltpu.PrefetchScalarGridSpec(
             num_scalar_prefetch=4,
             grid=grid,
             in_specs=in_specs,
-            out_specs=pl.BlockSpec(
-                (None, None, bq, value_dim), lambda b, h, i, j, *_: (b, h, i, 0)
-            ),
-            scratch_shapes=[
-                pltpu.VMEM((bq, LANES), jnp.float32),
-                pltpu.VMEM((bq, LANES), jnp.float32),
-                pltpu.VMEM((bq, value_dim), jnp.float32),
-            ],
+            out_specs=out_specs,
+            scratch_shapes=scratch,
         ),
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")
         ),
         interpret=pltpu.InterpretParams() if static.interpret else False,
         name="flax_posenc_flash_attention",
-    )(*operands)
+    )
 
 
-def _kernel(static: _Static, run_ref, fetch_ref, head_ref, shared_ref, *refs) -> None:
-    """One grid step ``(b, h, i, j)``: the online softmax's update by tile
-    ``(i, j)`` of head ``h``, the output written after the last key block."""
+def _call_forward(static: Static, operands: tuple, residuals: bool) -> Any:
+    """The forward kernel: ``out [B, N, Lp, Hv]``, with the rows' log-sum-exp
+    ``[B, N, Lp, 128]`` (lane-broadcast) when ``residuals``."""
+    q, k, v = operands[4:7]
+    batch, heads, padded_q, _ = q.shape
+    specs = _specs(static, q, v, "qk")
+    grid = (batch, heads, padded_q // static.block_q, k.shape[2] // static.block_k)
+    out_shape = [jax.ShapeDtypeStruct((batch, heads, padded_q, v.shape[-1]), q.dtype)]
+    out_specs = [specs["d_out"]]
+    if residuals:
+        out_shape.append(
+            jax.ShapeDtypeStruct((batch, heads, padded_q, LANES), jnp.float32)
+        )
+        out_specs.append(specs["lanes"])
+    scratch = [
+        pltpu.VMEM((static.block_q, LANES), jnp.float32),
+        pltpu.VMEM((static.block_q, LANES), jnp.float32),
+        pltpu.VMEM((static.block_q, v.shape[-1]), jnp.float32),
+    ]
+    in_specs = [specs["q"], specs["k"], specs["v"], *specs["tiles"]]
+    call = _pallas(
+        static, _forward_kernel, grid, in_specs, out_specs, out_shape, scratch
+    )
+    outs = call(*operands)
+    return (outs[0], outs[1]) if residuals else outs[0]
+
+
+def _forward_kernel(static: Static, run_ref, fetch_ref, head_ref, shared_ref, *refs):
+    """Grid step ``(b, h, i, j)``: the online softmax's update by tile ``(i, j)``
+    of head ``h``; the output (and the log-sum-exp) after the last key block."""
     q_ref, k_ref, v_ref = refs[:3]
-    o_ref, m_ref, l_ref, acc_ref = refs[-4:]
+    count = 2 * (static.positions + static.segments)
+    tile_refs = refs[3 : 3 + count]
+    outs = refs[3 + count : -3]
+    m_ref, l_ref, acc_ref = refs[-3:]
     b, h, i, j = (pl.program_id(axis) for axis in range(4))
-    bt = b if static.batch_rows else 0
 
     @pl.when(j == 0)
     def _init():
@@ -276,79 +343,133 @@ def _kernel(static: _Static, run_ref, fetch_ref, head_ref, shared_ref, *refs) ->
         l_ref[...] = jnp.zeros(l_ref.shape, jnp.float32)
         acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
 
-    @pl.when(run_ref[bt, i, j] != 0)
+    @pl.when(run_ref[_row(static)(b), i, j] != 0)
     def _step():
-        logits = _tile_logits(
-            static, refs[3:-4], head_ref, shared_ref, h, j, q_ref, k_ref
-        )
-        _softmax_step(logits, v_ref[...], m_ref, l_ref, acc_ref, static.precision)
+        params = tiles.scalar_params(static, head_ref, shared_ref, h)
+        scores = tiles.logits(static, tile_refs, params, j, q_ref[...], k_ref[...])
+        tiles.softmax_step(scores, v_ref[...], m_ref, l_ref, acc_ref, static.precision)
 
     @pl.when(j == pl.num_programs(3) - 1)
     def _write():
         total = l_ref[...][:, :1]
-        out = acc_ref[...] / jnp.where(total == 0.0, 1.0, total)
-        o_ref[...] = out.astype(o_ref.dtype)
+        empty = total == 0.0
+        outs[0][...] = (acc_ref[...] / jnp.where(empty, 1.0, total)).astype(
+            outs[0].dtype
+        )
+        if len(outs) > 1:  # +inf for a row with no key: its p = exp(s - lse) is 0
+            lse = jnp.where(empty, jnp.inf, m_ref[...] + jnp.log(l_ref[...]))
+            outs[1][...] = lse
 
 
-def _tile_logits(static, tile_refs, head_ref, shared_ref, h, j, q_ref, k_ref):
-    """The tile's final logits, float32 ``[block_q, block_k]``: scaled ``q . k``
-    plus the bias, -inf where masked."""
-    logits = jax.lax.dot_general(
-        q_ref[...], k_ref[...], (((1,), (1,)), ((), ())),
-        precision=static.precision, preferred_element_type=jnp.float32,
-    )  # fmt: skip
-    logits = logits * jnp.float32(static.scale)
-    shape = logits.shape
-    keep = None
-    if static.keys % static.block_k:  # keys past S are padding
-        column = j * static.block_k + jax.lax.broadcasted_iota(jnp.int32, shape, 1)
-        keep = column < static.keys
-    pairs = [
-        _pair_tiles(tile_refs[2 * n], tile_refs[2 * n + 1], shape)
-        for n in range(len(tile_refs) // 2)
+def _call_dq(static: Static, operands: tuple, d_out, lse, delta) -> jax.Array:
+    """``dq [B, N, Lp, H]`` float32: per query block, the sum over key blocks."""
+    run, fetch, head_params, shared, q, k, v, *tile_ops = operands
+    batch, heads, padded_q, head_dim = q.shape
+    specs = _specs(static, q, v, "qk")
+    grid = (batch, heads, padded_q // static.block_q, k.shape[2] // static.block_k)
+    in_specs = [specs["q"], specs["k"], specs["v"], specs["d_out"], specs["lanes"]]
+    in_specs += [specs["lanes"], *specs["tiles"]]
+    out_shape = jax.ShapeDtypeStruct(q.shape, jnp.float32)
+    scratch = [pltpu.VMEM((static.block_q, head_dim), jnp.float32)]
+    call = _pallas(static, _dq_kernel, grid, in_specs, specs["q"], out_shape, scratch)
+    return call(run, fetch, head_params, shared, q, k, v, d_out, lse, delta, *tile_ops)
+
+
+def _dq_kernel(static: Static, run_ref, fetch_ref, head_ref, shared_ref, *refs):
+    q_ref, k_ref, v_ref, d_out_ref, lse_ref, delta_ref = refs[:6]
+    tile_refs, dq_ref, acc_ref = refs[6:-2], refs[-2], refs[-1]
+    b, h, i, j = (pl.program_id(axis) for axis in range(4))
+
+    @pl.when(j == 0)
+    def _init():
+        acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+
+    @pl.when(run_ref[_row(static)(b), i, j] != 0)
+    def _step():
+        params = tiles.scalar_params(static, head_ref, shared_ref, h)
+        k = k_ref[...]
+        scores = tiles.logits(static, tile_refs, params, j, q_ref[...], k)
+        _, d_scores = tiles.probabilities_and_grad(
+            scores, lse_ref[...], delta_ref[...], d_out_ref[...], v_ref[...],
+            static.precision,
+        )  # fmt: skip
+        d_q = tiles.matmul(d_scores.astype(k.dtype), k, (1, 0), static.precision)
+        acc_ref[...] += d_q * jnp.float32(static.scale)
+
+    @pl.when(j == pl.num_programs(3) - 1)
+    def _write():
+        dq_ref[...] = acc_ref[...]
+
+
+def _call_dkv(static: Static, operands: tuple, d_out, lse, delta) -> tuple:
+    """``dk, dv [B, N, Sp, H]`` float32 per query head, and the bias's scalars'
+    gradient ``[B, N, Kb, 1, 128]`` (head, shared): per key block, the sum over
+    query blocks."""
+    run, _, head_params, shared, q, k, v, *tile_ops = operands
+    batch, heads, padded_q, head_dim = q.shape
+    padded_k, num_k = k.shape[2], k.shape[2] // static.block_k
+    run_t = jnp.swapaxes(run, 1, 2)  # [Bt, Kb, Q]
+    index = jnp.arange(run_t.shape[2], dtype=jnp.int32)
+    fetch_t = jnp.maximum(jax.lax.cummax(jnp.where(run_t != 0, index, -1), axis=2), 0)
+    specs = _specs(static, q, v, "kq")
+    grid = (batch, heads, num_k, padded_q // static.block_q)
+    in_specs = [specs["q"], specs["k"], specs["v"], specs["d_out"], specs["lanes"]]
+    in_specs += [specs["lanes"], *specs["tiles"]]
+    per_key = lambda width: pl.BlockSpec(
+        (None, None, static.block_k, width), lambda b, h, j, i, *_: (b, h, j, 0)
+    )
+    lanes = pl.BlockSpec(
+        (None, None, None, 1, LANES), lambda b, h, j, i, *_: (b, h, j, 0, 0)
+    )
+    out_specs = [per_key(head_dim), per_key(v.shape[-1]), lanes, lanes]
+    out_shape = [
+        jax.ShapeDtypeStruct((batch, heads, padded_k, head_dim), jnp.float32),
+        jax.ShapeDtypeStruct((batch, heads, padded_k, v.shape[-1]), jnp.float32),
+        jax.ShapeDtypeStruct((batch, heads, num_k, 1, LANES), jnp.float32),
+        jax.ShapeDtypeStruct((batch, heads, num_k, 1, LANES), jnp.float32),
     ]
-    if static.causal:
-        q_pos, k_pos = pairs[0]
-        keep = _and(keep, k_pos <= q_pos)
-    if static.segments:
-        q_seg, k_seg = pairs[-1]
-        keep = _and(keep, q_seg == k_seg)
-    if static.tile is not None:
-        per_head = static.params_per_head
-        head = lambda index: head_ref[h * per_head + index]
-        shared = lambda index: shared_ref[index]
-        logits = logits + static.tile(head, shared, *pairs[0])
-    if keep is not None:
-        logits = jnp.where(keep, logits, -jnp.inf)
-    return logits
+    scratch = [
+        pltpu.VMEM((static.block_k, head_dim), jnp.float32),
+        pltpu.VMEM((static.block_k, v.shape[-1]), jnp.float32),
+        pltpu.VMEM((1, LANES), jnp.float32),
+        pltpu.VMEM((1, LANES), jnp.float32),
+    ]
+    call = _pallas(static, _dkv_kernel, grid, in_specs, out_specs, out_shape, scratch)
+    return call(
+        run_t, fetch_t, head_params, shared, q, k, v, d_out, lse, delta, *tile_ops
+    )
 
 
-def _pair_tiles(q_ref, k_ref, shape: tuple[int, int]) -> tuple[jax.Array, jax.Array]:
-    """int32 ``[block_q, block_k]`` tiles of every pair's query and key value, from
-    the lane-broadcast ``[block_q, 128]`` and sublane-broadcast ``[8, block_k]``
-    blocks."""
-    q_values = jnp.tile(q_ref[...], (1, shape[1] // LANES))
-    k_values = jnp.broadcast_to(k_ref[...][:1, :], shape)
-    return q_values, k_values
+def _dkv_kernel(static: Static, run_ref, fetch_ref, head_ref, shared_ref, *refs):
+    q_ref, k_ref, v_ref, d_out_ref, lse_ref, delta_ref = refs[:6]
+    tile_refs = refs[6:-8]
+    outs, accs = refs[-8:-4], refs[-4:]
+    b, h, j, i = (pl.program_id(axis) for axis in range(4))
 
+    @pl.when(i == 0)
+    def _init():
+        for acc in accs:
+            acc[...] = jnp.zeros(acc.shape, jnp.float32)
 
-def _and(keep: jax.Array | None, term: jax.Array) -> jax.Array:
-    return term if keep is None else keep & term
+    @pl.when(run_ref[_row(static)(b), j, i] != 0)
+    def _step():
+        params = tiles.scalar_params(static, head_ref, shared_ref, h)
+        q, d_out = q_ref[...], d_out_ref[...]
+        scores = tiles.logits(static, tile_refs, params, j, q, k_ref[...])
+        probs, d_scores = tiles.probabilities_and_grad(
+            scores, lse_ref[...], delta_ref[...], d_out, v_ref[...], static.precision
+        )
+        accs[1][...] += tiles.matmul(
+            probs.astype(d_out.dtype), d_out, (0, 0), static.precision
+        )
+        d_k = tiles.matmul(d_scores.astype(q.dtype), q, (0, 0), static.precision)
+        accs[0][...] += d_k * jnp.float32(static.scale)
+        if static.tile is not None:
+            d_head, d_shared = tiles.bias_grads(static, tile_refs, params, d_scores)
+            accs[2][...] += d_head
+            accs[3][...] += d_shared
 
-
-def _softmax_step(logits, v, m_ref, l_ref, acc_ref, precision) -> None:
-    """The statistics in scratch updated with one tile's final logits."""
-    row_max = m_ref[...][:, :1]
-    new_max = jnp.maximum(row_max, logits.max(axis=-1, keepdims=True))
-    # A row masked so far has max -inf: subtract 0 instead (exp(-inf) = 0).
-    shift = jnp.where(new_max == -jnp.inf, 0.0, new_max)
-    probs = jnp.exp(logits - shift)
-    correction = jnp.exp(row_max - shift)
-    total = l_ref[...][:, :1] * correction + probs.sum(axis=-1, keepdims=True)
-    weighted = jax.lax.dot_general(
-        probs.astype(v.dtype), v, (((1,), (0,)), ((), ())),
-        precision=precision, preferred_element_type=jnp.float32,
-    )  # fmt: skip
-    acc_ref[...] = acc_ref[...] * correction + weighted
-    m_ref[...] = jnp.broadcast_to(new_max, m_ref.shape)
-    l_ref[...] = jnp.broadcast_to(total, l_ref.shape)
+    @pl.when(i == pl.num_programs(3) - 1)
+    def _write():
+        for out, acc in zip(outs, accs, strict=True):
+            out[...] = acc[...]

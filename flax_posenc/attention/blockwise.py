@@ -108,7 +108,7 @@ def blockwise_attention(
       implementation: the kernel (see :data:`flax_posenc.AttentionImplementation`
         and the guide's "Attention on TPU and GPU"): ``"xla"`` (the default, every
         backend), ``"pallas_tpu"`` (TPU flash attention with the bias computed in
-        the kernel; forward only, no ``mask``, ``block_q`` a multiple of 8 and
+        the kernel, forward and backward; no ``mask``, ``block_q`` a multiple of 8 and
         ``block_k`` of 128, a bias with ``kernel_form()``), or
         ``"pallas_tpu_interpret"`` (that kernel in Pallas's interpreter, on CPU).
 

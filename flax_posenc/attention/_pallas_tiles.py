@@ -1,0 +1,185 @@
+"""The tile math of the Pallas TPU kernels (:mod:`flax_posenc.attention._pallas_tpu`):
+what one grid step computes of a ``[block_q, block_k]`` tile, shared by the forward
+kernel and the two backward kernels.
+
+Every function reads the kernel's refs and returns values in fast memory. Row
+statistics are lane-broadcast ``[block_q, 128]`` arrays (TPU layouts); a row's value
+is its first lane.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+LANES = 128  # a TPU vector register's lanes: block_k's unit
+SUBLANES = 8  # its sublanes: block_q's unit
+
+
+class Static(NamedTuple):
+    """What the kernels are compiled for."""
+
+    scale: float
+    causal: bool
+    positions: bool  # q/k positions are inputs
+    segments: bool  # q/k segment ids are inputs
+    tile: Callable[..., jax.Array] | None  # KernelBias.tile, or no bias
+    params_per_head: int  # P of KernelBias.head_params
+    shared_params: int  # Q of KernelBias.shared_params
+    keys: int  # S before padding (keys from S on are masked)
+    block_q: int
+    block_k: int
+    groups: int  # G = N // K
+    batch_rows: bool  # positions / segment ids per sequence (else shared)
+    precision: Any  # of the matmuls
+    interpret: bool
+
+
+class Params(NamedTuple):
+    """The bias's scalars as the kernel reads them: ``head(i)`` and ``shared(j)``."""
+
+    head: Callable[[int], Any]
+    shared: Callable[[int], Any]
+
+
+def scalar_params(static: Static, head_ref: Any, shared_ref: Any, h: Any) -> Params:
+    """Head ``h``'s scalars and the shared ones, read from scalar memory."""
+    per_head = static.params_per_head
+    return Params(
+        lambda index: head_ref[h * per_head + index],
+        lambda index: shared_ref[index],
+    )
+
+
+def logits(
+    static: Static,
+    tile_refs: Sequence[Any],
+    params: Params,
+    j: Any,
+    q: jax.Array,
+    k: jax.Array,
+) -> jax.Array:
+    """Tile ``(q block, key block j)``'s final logits, float32 ``[block_q,
+    block_k]``: ``scale q . k`` plus the bias, -inf where masked (causal from the
+    positions, segment ids, keys past ``S``)."""
+    out = jax.lax.dot_general(
+        q, k, (((1,), (1,)), ((), ())),
+        precision=static.precision, preferred_element_type=jnp.float32,
+    )  # fmt: skip
+    out = out * jnp.float32(static.scale)
+    shape = out.shape
+    pairs = [
+        pair_tiles(tile_refs[2 * n], tile_refs[2 * n + 1], shape)
+        for n in range(len(tile_refs) // 2)
+    ]
+    keep = None
+    if static.keys % static.block_k:  # keys past S are padding
+        column = j * static.block_k + jax.lax.broadcasted_iota(jnp.int32, shape, 1)
+        keep = column < static.keys
+    if static.causal:
+        q_pos, k_pos = pairs[0]
+        keep = _and(keep, k_pos <= q_pos)
+    if static.segments:
+        q_seg, k_seg = pairs[-1]
+        keep = _and(keep, q_seg == k_seg)
+    if static.tile is not None:
+        out = out + static.tile(params.head, params.shared, *pairs[0])
+    if keep is not None:
+        out = jnp.where(keep, out, -jnp.inf)
+    return out
+
+
+def pair_tiles(
+    q_ref: Any, k_ref: Any, shape: tuple[int, ...]
+) -> tuple[jax.Array, jax.Array]:
+    """int32 ``[block_q, block_k]`` tiles of every pair's query and key value, from
+    the lane-broadcast ``[block_q, 128]`` and sublane-broadcast ``[8, block_k]``
+    blocks."""
+    q_values = jnp.tile(q_ref[...], (1, shape[1] // LANES))
+    k_values = jnp.broadcast_to(k_ref[...][:1, :], shape)
+    return q_values, k_values
+
+
+def _and(keep: jax.Array | None, term: jax.Array) -> jax.Array:
+    return term if keep is None else keep & term
+
+
+def matmul(
+    a: jax.Array, b: jax.Array, contract: tuple[int, int], precision: Any
+) -> jax.Array:
+    """``a`` and ``b`` contracted on axes ``contract``, float32."""
+    return jax.lax.dot_general(
+        a, b, (((contract[0],), (contract[1],)), ((), ())),
+        precision=precision, preferred_element_type=jnp.float32,
+    )  # fmt: skip
+
+
+def softmax_step(
+    scores: jax.Array,
+    v: jax.Array,
+    m_ref: Any,
+    l_ref: Any,
+    acc_ref: Any,
+    precision: Any,
+) -> None:
+    """The online softmax's statistics in scratch updated with one tile's logits."""
+    row_max = m_ref[...][:, :1]
+    new_max = jnp.maximum(row_max, scores.max(axis=-1, keepdims=True))
+    # A row masked so far has max -inf: subtract 0 instead (exp(-inf) = 0).
+    shift = jnp.where(new_max == -jnp.inf, 0.0, new_max)
+    probs = jnp.exp(scores - shift)
+    correction = jnp.exp(row_max - shift)
+    total = l_ref[...][:, :1] * correction + probs.sum(axis=-1, keepdims=True)
+    weighted = matmul(probs.astype(v.dtype), v, (1, 0), precision)
+    acc_ref[...] = acc_ref[...] * correction + weighted
+    m_ref[...] = jnp.broadcast_to(new_max, m_ref.shape)
+    l_ref[...] = jnp.broadcast_to(total, l_ref.shape)
+
+
+def probabilities_and_grad(
+    scores: jax.Array,
+    lse: jax.Array,
+    delta: jax.Array,
+    d_out: jax.Array,
+    v: jax.Array,
+    precision: Any,
+) -> tuple[jax.Array, jax.Array]:
+    """``p = exp(s - lse)`` and the logits' gradient ``ds = p (d_out . v - D)``,
+    float32 ``[block_q, block_k]``, from the rows' ``lse`` and ``D = d_out . out``
+    (lane-broadcast; ``lse`` is +inf for a row with no key, so its ``p`` is 0)."""
+    probs = jnp.exp(scores - lse[:, :1])
+    d_probs = matmul(d_out, v, (1, 1), precision)
+    return probs, probs * (d_probs - delta[:, :1])
+
+
+def bias_grads(
+    static: Static, tile_refs: Sequence[Any], params: Params, d_scores: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """The tile's gradient of the bias's scalars, ``sum ds * d bias / d param``, by
+    the bias's own VJP on the tile: float32 ``[1, 128]`` lanes, head scalar ``i``
+    in lane ``i``, and the shared scalars likewise."""
+    bias_tile = static.tile
+    assert bias_tile is not None
+    q_pos, k_pos = pair_tiles(tile_refs[0], tile_refs[1], d_scores.shape)
+    vector = lambda value: jnp.full((1, 1), value, jnp.float32)
+    head = [vector(params.head(i)) for i in range(static.params_per_head)]
+    shared = [vector(params.shared(i)) for i in range(static.shared_params)]
+
+    def tile(head: list, shared: list) -> jax.Array:
+        return bias_tile(lambda i: head[i], lambda i: shared[i], q_pos, k_pos)
+
+    _, vjp = jax.vjp(tile, head, shared)
+    d_head, d_shared = vjp(d_scores)
+    return _lanes(d_head), _lanes(d_shared)
+
+
+def _lanes(values: list[jax.Array]) -> jax.Array:
+    """``[1, 1]`` values as lanes ``0..n-1`` of a float32 ``[1, 128]``."""
+    lane = jax.lax.broadcasted_iota(jnp.int32, (1, LANES), 1)
+    out = jnp.zeros((1, LANES), jnp.float32)
+    for index, value in enumerate(values):
+        out = jnp.where(lane == index, value, out)
+    return out
