@@ -274,14 +274,27 @@ def check_gradients(bias_name, length, keys):
         np.testing.assert_allclose(a, b, atol=1e-5 * scale, err_msg=bias_name)
 
 
-def test_gradients_equal_the_xla_kernel():
-    check_gradients("kerple_log", 24, 120)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("bias_name", sorted(TRAINABLE))
 def test_every_bias_gradient_equals_the_xla_kernel(bias_name):
     check_gradients(bias_name, 72, 136)
+
+
+def test_lowering_for_cuda_or_running_on_cpu_refuses():
+    """The kernel is for TPU: lowered for ``cuda`` Pallas refuses the platform, and
+    run on CPU without the interpreter it asks for interpret mode (the guide says
+    to use ``"xla"`` or ``"pallas_tpu_interpret"`` there); neither falls back."""
+
+    def attend(q):
+        return fp.blockwise_attention(
+            q, q, q, q_positions=jnp.arange(128), implementation="pallas_tpu"
+        )
+
+    spec = jax.ShapeDtypeStruct((1, 128, KV_HEADS, 128), jnp.bfloat16)
+    with pytest.raises(ValueError, match="Cannot lower pallas_call on platform: gpu"):
+        export.export(jax.jit(attend), platforms=("cuda",))(spec)
+    with pytest.raises(ValueError, match="interpret mode"):
+        attend(jnp.ones((1, 128, KV_HEADS, 128)))
 
 
 @pytest.mark.parametrize(
@@ -317,6 +330,7 @@ def test_requests_the_kernel_cannot_serve_raise(options, error, match):
         fp.blockwise_attention(q, k, v, **options)
 
 
+@pytest.mark.slow
 def test_blockwise_attention_fn_runs_the_kernel_in_flax():
     import flax
 

@@ -1,22 +1,6 @@
-"""The RoPE configuration and tables (Su et al., "RoFormer", 2021): the bottom of
-:mod:`flax_posenc.rope`, which every RoPE function and the RoPE core read.
-
-Pairs of features ``(a, b)`` of q and k are rotated by ``theta_i * p`` at position
-``p``: ``(a, b) -> (a cos - b sin, b cos + a sin)``, so the score ``q_m . k_n`` depends
-on ``m - n`` only. Two pairings are in use:
-
-* ``layout="half"`` (GPT-NeoX, Hugging Face Llama ``rotate_half``): pairs
-  ``(j, j + R/2)``;
-* ``layout="interleaved"`` (GPT-J, RoFormer, Meta Llama, DeepSeek): pairs
-  ``(2j, 2j + 1)``.
-
-Partial rotary (``rotary_dim = R < H``) rotates the first ``R`` features and passes the
-rest through. Tables ``cos, sin`` are half width ``[..., R/2]``, float32, with the
-scaling family's attention factor multiplied in (as Hugging Face does). Angles are
-float32 ``position * inv_freq`` products, never formed in the activation dtype; with
-``RopeConfig(angle_precision="exact")`` they are reduced mod 2 pi exactly instead
-(see :data:`flax_posenc.AnglePrecision`), for positions past ``1e5``.
-"""
+"""The RoPE configuration (:class:`RopeConfig`), its layouts and its tables: the
+bottom of :mod:`flax_posenc.rope`, which every RoPE function and the RoPE core read
+(the rotation itself is described in :mod:`flax_posenc.rope.apply`)."""
 
 from __future__ import annotations
 
