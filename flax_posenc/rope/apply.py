@@ -258,6 +258,8 @@ def apply_rope_qk(
         is given.
       k_seq_len: k's own ``seq_len`` (e.g. per key, for transformers' decode
         policy: :func:`flax_posenc.hf_decode_seq_lens`); None means ``seq_len``.
+        Given with ``seq_len=None``, q's frequencies follow q's own
+        ``max(positions) + 1``.
 
     Returns:
       ``(q, k)`` rotated, in their own dtypes.
