@@ -291,7 +291,8 @@ def test_lowering_for_cuda_or_running_on_cpu_refuses():
         )
 
     spec = jax.ShapeDtypeStruct((1, 128, KV_HEADS, 128), jnp.bfloat16)
-    with pytest.raises(ValueError, match="Cannot lower pallas_call on platform: gpu"):
+    # Pallas's words depend on which of its GPU lowerings is registered.
+    with pytest.raises(ValueError, match="gpu"):
         export.export(jax.jit(attend), platforms=("cuda",))(spec)
     with pytest.raises(ValueError, match="interpret mode"):
         attend(jnp.ones((1, 128, KV_HEADS, 128)))
