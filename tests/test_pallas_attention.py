@@ -127,7 +127,7 @@ def check_case(bias_name, causal, segments, length, keys, dtype):
     ("bias_name", "causal", "segments", "dtype"),
     [
         ("alibi", True, True, jnp.bfloat16),
-        ("t5", False, True, np.float32),
+        pytest.param("t5", False, True, np.float32, marks=pytest.mark.slow),
     ],
 )
 def test_interpreted_kernel_equals_float64_and_xla(bias_name, causal, segments, dtype):
@@ -291,8 +291,8 @@ def test_lowering_for_cuda_or_running_on_cpu_refuses():
         )
 
     spec = jax.ShapeDtypeStruct((1, 128, KV_HEADS, 128), jnp.bfloat16)
-    # Pallas's words depend on which of its GPU lowerings is registered.
-    with pytest.raises(ValueError, match="gpu"):
+    # Pallas's words depend on its version and on which GPU lowering is registered.
+    with pytest.raises((ValueError, NotImplementedError), match=r"gpu|Triton"):
         export.export(jax.jit(attend), platforms=("cuda",))(spec)
     with pytest.raises(ValueError, match="interpret mode"):
         attend(jnp.ones((1, 128, KV_HEADS, 128)))
