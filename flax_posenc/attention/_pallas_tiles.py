@@ -54,9 +54,20 @@ def scalar_params(static: Static, head_ref: Any, shared_ref: Any, h: Any) -> Par
     )
 
 
+def position_pairs(
+    tile_refs: Sequence[Any], shape: tuple[int, int]
+) -> list[tuple[jax.Array, jax.Array]]:
+    """The ``[block_q, block_k]`` tiles of every pair's query and key positions,
+    then segment ids (whichever the kernel reads), formed once per step."""
+    return [
+        pair_tiles(tile_refs[2 * n], tile_refs[2 * n + 1], shape)
+        for n in range(len(tile_refs) // 2)
+    ]
+
+
 def logits(
     static: Static,
-    tile_refs: Sequence[Any],
+    pairs: Sequence[tuple[jax.Array, jax.Array]],
     params: Params,
     j: Any,
     q: jax.Array,
@@ -71,10 +82,6 @@ def logits(
     )  # fmt: skip
     out = out * jnp.float32(static.scale)
     shape = out.shape
-    pairs = [
-        pair_tiles(tile_refs[2 * n], tile_refs[2 * n + 1], shape)
-        for n in range(len(tile_refs) // 2)
-    ]
     keep = None
     if static.keys % static.block_k:  # keys past S are padding
         column = j * static.block_k + jax.lax.broadcasted_iota(jnp.int32, shape, 1)
@@ -156,14 +163,17 @@ def probabilities_and_grad(
 
 
 def bias_grads(
-    static: Static, tile_refs: Sequence[Any], params: Params, d_scores: jax.Array
+    static: Static,
+    positions: tuple[jax.Array, jax.Array],
+    params: Params,
+    d_scores: jax.Array,
 ) -> tuple[jax.Array, jax.Array]:
     """The tile's gradient of the bias's scalars, ``sum ds * d bias / d param``, by
     the bias's own VJP on the tile: float32 ``[1, 128]`` lanes, head scalar ``i``
     in lane ``i``, and the shared scalars likewise."""
     bias_tile = static.tile
     assert bias_tile is not None
-    q_pos, k_pos = pair_tiles(tile_refs[0], tile_refs[1], d_scores.shape)
+    q_pos, k_pos = positions
     vector = lambda value: jnp.full((1, 1), value, jnp.float32)
     head = [vector(params.head(i)) for i in range(static.params_per_head)]
     shared = [vector(params.shared(i)) for i in range(static.shared_params)]

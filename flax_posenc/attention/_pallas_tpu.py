@@ -64,7 +64,8 @@ def attention(
     keys = blocks.k.shape[1]
     block_q = min(block_q, _round_up(length, SUBLANES))
     block_k = min(block_k, _round_up(keys, LANES))
-    rows = [blocks.q_positions, blocks.q_segment_ids, blocks.k_positions]
+    rows = [blocks.q_positions, blocks.q_segment_ids]
+    rows += [blocks.k_positions, blocks.k_segment_ids]
     batch_rows = any(x is not None and x.shape[0] > 1 for x in rows)
     static = Static(
         scale=blocks.scale,
@@ -175,9 +176,15 @@ def _block_tables(
         )
         low, high = k_low.min(-1)[:, None, :], k_high.max(-1)[:, None, :]
         run = run & (low <= qs.max(-1)[:, :, None]) & (qs.min(-1)[:, :, None] <= high)
-    index = jnp.arange(num_k, dtype=jnp.int32)
-    last = jax.lax.cummax(jnp.where(run, index, -1), axis=2)
-    return run.astype(jnp.int32), jnp.maximum(last, 0)
+    return run.astype(jnp.int32), _last_run(run)
+
+
+def _last_run(run: jax.Array) -> jax.Array:
+    """int32: along the last axis, the index of the last step that runs so far (0
+    before the first): the block a skipped step reads, so it fetches nothing new."""
+    index = jnp.arange(run.shape[-1], dtype=jnp.int32)
+    last = jax.lax.cummax(jnp.where(run != 0, index, -1), axis=run.ndim - 1)
+    return jnp.maximum(last, 0)
 
 
 def _forward(static: Static, *operands: jax.Array) -> jax.Array:
@@ -346,7 +353,8 @@ def _forward_kernel(static: Static, run_ref, fetch_ref, head_ref, shared_ref, *r
     @pl.when(run_ref[_row(static)(b), i, j] != 0)
     def _step():
         params = tiles.scalar_params(static, head_ref, shared_ref, h)
-        scores = tiles.logits(static, tile_refs, params, j, q_ref[...], k_ref[...])
+        pairs = tiles.position_pairs(tile_refs, (static.block_q, static.block_k))
+        scores = tiles.logits(static, pairs, params, j, q_ref[...], k_ref[...])
         tiles.softmax_step(scores, v_ref[...], m_ref, l_ref, acc_ref, static.precision)
 
     @pl.when(j == pl.num_programs(3) - 1)
@@ -388,7 +396,8 @@ def _dq_kernel(static: Static, run_ref, fetch_ref, head_ref, shared_ref, *refs):
     def _step():
         params = tiles.scalar_params(static, head_ref, shared_ref, h)
         k = k_ref[...]
-        scores = tiles.logits(static, tile_refs, params, j, q_ref[...], k)
+        pairs = tiles.position_pairs(tile_refs, (static.block_q, static.block_k))
+        scores = tiles.logits(static, pairs, params, j, q_ref[...], k)
         _, d_scores = tiles.probabilities_and_grad(
             scores, lse_ref[...], delta_ref[...], d_out_ref[...], v_ref[...],
             static.precision,
@@ -409,8 +418,7 @@ def _call_dkv(static: Static, operands: tuple, d_out, lse, delta) -> tuple:
     batch, heads, padded_q, head_dim = q.shape
     padded_k, num_k = k.shape[2], k.shape[2] // static.block_k
     run_t = jnp.swapaxes(run, 1, 2)  # [Bt, Kb, Q]
-    index = jnp.arange(run_t.shape[2], dtype=jnp.int32)
-    fetch_t = jnp.maximum(jax.lax.cummax(jnp.where(run_t != 0, index, -1), axis=2), 0)
+    fetch_t = _last_run(run_t)
     specs = _specs(static, q, v, "kq")
     grid = (batch, heads, num_k, padded_q // static.block_q)
     in_specs = [specs["q"], specs["k"], specs["v"], specs["d_out"], specs["lanes"]]
@@ -455,7 +463,8 @@ def _dkv_kernel(static: Static, run_ref, fetch_ref, head_ref, shared_ref, *refs)
     def _step():
         params = tiles.scalar_params(static, head_ref, shared_ref, h)
         q, d_out = q_ref[...], d_out_ref[...]
-        scores = tiles.logits(static, tile_refs, params, j, q, k_ref[...])
+        pairs = tiles.position_pairs(tile_refs, (static.block_q, static.block_k))
+        scores = tiles.logits(static, pairs, params, j, q, k_ref[...])
         probs, d_scores = tiles.probabilities_and_grad(
             scores, lse_ref[...], delta_ref[...], d_out, v_ref[...], static.precision
         )
@@ -465,7 +474,7 @@ def _dkv_kernel(static: Static, run_ref, fetch_ref, head_ref, shared_ref, *refs)
         d_k = tiles.matmul(d_scores.astype(q.dtype), q, (0, 0), static.precision)
         accs[0][...] += d_k * jnp.float32(static.scale)
         if static.tile is not None:
-            d_head, d_shared = tiles.bias_grads(static, tile_refs, params, d_scores)
+            d_head, d_shared = tiles.bias_grads(static, pairs[0], params, d_scores)
             accs[2][...] += d_head
             accs[3][...] += d_shared
 

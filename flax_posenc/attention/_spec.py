@@ -129,7 +129,7 @@ def check_settings(
         )
     if (bias is not None or options.causal) and q_positions is None:
         raise ValueError("`q_positions` is required with `bias` or `causal=True`.")
-    rotation = check_rotation(rope, q_positions, seq_len, k_seq_len, rope_required)
+    rotation = _check_rotation(rope, q_positions, seq_len, k_seq_len, rope_required)
     arrays = Arrays(
         *_integer_pair("positions", q_positions, k_positions),
         *_integer_pair("segment_ids", q_segment_ids, k_segment_ids),
@@ -158,7 +158,7 @@ def _check_pallas_settings(options: Options, bias: Any) -> None:
         )
 
 
-def check_rotation(
+def _check_rotation(
     rope: Any, q_positions: Any, seq_len: Any, k_seq_len: Any, required: bool = False
 ) -> Rotation | None:
     """The RoPE config and its lengths' types; None without ``rope`` (unless

@@ -70,6 +70,7 @@ from flax_posenc.positions import (  # their 0.1.0 home; the shim reads them her
 from flax_posenc.positions import (
     load_balanced_permutation as load_balanced_permutation,
 )
+from flax_posenc.rope import _core as _rope
 from flax_posenc.rope.config import RopeConfig
 from flax_posenc.rope.scaling import SeqLen
 
@@ -255,8 +256,7 @@ def _global_seq_len(spec: Spec, axis_name: str) -> Spec:
     if rotation is None or not _needs_seq_len(spec):
         return spec
     qp, kp = _rope_positions(spec.arrays)
-    local = jnp.maximum(jnp.max(qp), jnp.max(kp))
-    length = jax.lax.pmax(local, axis_name) + 1
+    length = jax.lax.pmax(_rope.shared_seq_len(qp, kp), axis_name)
     return spec._replace(rotation=rotation._replace(seq_len=length))
 
 
@@ -507,9 +507,9 @@ def _mapped(operands: dict, static: _MeshStatic) -> jax.Array:
         bias = _blockwise.join_bias(operands["bias"], static.bias)
         return Spec(arrays, bias, static.options, rotation)
 
-    if _needs_seq_len(spec_of(operands)):  # the global length, in the graph
-        qp, kp = _rope_positions(spec_of(operands).arrays)
-        length = jnp.maximum(jnp.max(qp), jnp.max(kp)) + 1
+    spec = spec_of(operands)
+    if _needs_seq_len(spec):  # the global length, in the graph
+        length = _rope.shared_seq_len(*_rope_positions(spec.arrays))
         operands = operands | {"seq_len": _place(length, call.mesh, P())}
         specs["seq_len"] = P()
 
