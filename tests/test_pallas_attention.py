@@ -20,6 +20,7 @@ import re
 import jax
 import jax.numpy as jnp
 import length_reference as ref
+import rope_reference
 import numpy as np
 import pytest
 from jax import export
@@ -193,19 +194,24 @@ TENSOR = re.compile(r"tensor<((?:\d+x)+)")
 
 
 @pytest.mark.parametrize(
-    "bias_name",
-    ["alibi", pytest.param("t5", marks=pytest.mark.slow)]
+    ("bias_name", "rope_name"),
+    [("alibi", None), ("alibi", "yarn")]
     + [
-        pytest.param(n, marks=pytest.mark.slow)
-        for n in ("none", "kerple_log", "kerple_power", "fire")
-    ],
+        pytest.param(bias, rope, marks=pytest.mark.slow)
+        for bias, rope in (
+            ("t5", None), ("none", None), ("kerple_log", None),
+            ("kerple_power", None), ("fire", None), ("t5", "interleaved_partial"),
+            ("none", "dynamic_ntk"),
+        )
+    ],  # fmt: skip
 )
-def test_lowers_for_tpu_with_no_buffer_of_l_by_s(bias_name):
+def test_lowers_for_tpu_with_no_buffer_of_l_by_s(bias_name, rope_name):
     """Mosaic lowers the forward kernel and its gradient (three
     ``tpu_custom_call``s: the forward with its log-sum-exp, ``dq``, ``dk dv`` and
     the bias's parameters) for bfloat16, causal, packed segments and grouped heads at
-    ``L = S = 2048``; the largest arrays of the module are q-sized, below ``L *
-    S``."""
+    ``L = S = 2048``, with RoPE rotating the tiles or not; the largest arrays of the
+    module are q-sized, below ``L * S``, and no sine or cosine is computed outside
+    the kernels (q and k are rotated in them, never in HBM)."""
     length, (make, params) = (
         2048,
         TRAINABLE.get(bias_name, (lambda p: None, np.zeros(1))),
@@ -214,7 +220,7 @@ def test_lowers_for_tpu_with_no_buffer_of_l_by_s(bias_name):
     def loss(q, k, v, params, positions, segments):
         out = fp.blockwise_attention(
             q, k, v, q_positions=positions, q_segment_ids=segments, bias=make(params),
-            causal=True, implementation="pallas_tpu",
+            causal=True, implementation="pallas_tpu", rope=ROPES.get(rope_name),
         )  # fmt: skip
         return out.astype(jnp.float32).sum()
 
@@ -230,6 +236,7 @@ def test_lowers_for_tpu_with_no_buffer_of_l_by_s(bias_name):
         for m in TENSOR.findall(module)
     ]
     assert max(sizes) < length * length
+    assert "stablehlo.sine" not in module and "stablehlo.cosine" not in module
 
 
 # name: (a function of the bias's parameters, the parameters)
@@ -280,6 +287,83 @@ def test_every_bias_gradient_equals_the_xla_kernel(bias_name):
     check_gradients(bias_name, 72, 136)
 
 
+# name: a RoPE the kernel rotates tiles by (every piece of its per-lane rows: both
+# layouts, a partial rotation, an attention factor, seq_len-dependent frequencies)
+ROPES = {
+    "half": fp.RopeConfig(head_dim=128),
+    "interleaved_partial": fp.RopeConfig(
+        head_dim=128, rotary_dim=64, layout="interleaved"
+    ),
+    "yarn": rope_reference.make_config("yarn", head_dim=128, original=64),
+    "dynamic_ntk": rope_reference.make_config("dynamic_ntk", head_dim=128, original=64),
+}
+
+
+def rope_case(rope_name, dtype, k_seq_len=None):
+    """RoPE inside the interpreted kernel against the ``"xla"`` kernel (the same
+    float32 angles: within float32 rounding) and float64 (RoFormer's pairs on the
+    float64 frequencies: within the float32 angles' error, ``p * 2^-24`` radians at
+    positions below 256). Queries sit after the keys' start (a chunked prefill),
+    causal with ALiBi and left padding; dynamic NTK reads ``max(q, k positions) + 1``
+    or ``k_seq_len``. Returns the loss's gradient function for the slow test."""
+    length, keys, config = 40, 136, ROPES[rope_name]
+    q, k, v = inputs(length, keys, dtype)
+    q_pos = np.stack([np.arange(length) + 90, np.arange(length) + 96])
+    k_pos = np.stack([np.maximum(np.arange(keys) - 5, 0), np.arange(keys)])
+    options = {
+        "q_positions": q_pos, "k_positions": k_pos, "rope": config, "causal": True,
+        "bias": fp.AlibiBias(HEADS), "k_seq_len": k_seq_len, "block_q": 16,
+    }  # fmt: skip
+    out = fp.blockwise_attention(
+        q, k, v, implementation="pallas_tpu_interpret", **options
+    )
+    xla = fp.blockwise_attention(q, k, v, **options)
+    seq_len = int(max(q_pos.max(), k_pos.max())) + 1
+    rotated = []
+    for x, pos, length_of_x in ((q, q_pos, seq_len), (k, k_pos, k_seq_len or seq_len)):
+        inv_freq, factor = rope_reference.frequencies(config, length_of_x)
+        rotated.append(rope_reference.rope(x, pos, inv_freq, factor, config.layout)[0])
+    allowed = (k_pos[:, None, :] <= q_pos[:, :, None])[:, None]
+    want = dense_reference(*rotated, v, alibi_reference(q_pos, k_pos, HEADS), allowed)
+    tol = 4e-6 if dtype == np.float32 else 2e-2
+    np.testing.assert_allclose(np.asarray(out, np.float32), xla, atol=tol)
+    angle_tol = 1e-4 if dtype == np.float32 else 3e-2
+    np.testing.assert_allclose(np.asarray(out, np.float64), want, atol=angle_tol)
+    weights = np.cos(np.arange(q.size)).reshape(q.shape).astype(np.float32)
+    return lambda implementation: jax.grad(
+        lambda q, k, v: jnp.sum(
+            fp.blockwise_attention(q, k, v, implementation=implementation, **options)
+            * weights
+        ),
+        argnums=(0, 1, 2),
+    )(q, k, v)
+
+
+@pytest.mark.parametrize(
+    ("rope_name", "dtype"),
+    [("half", np.float32)]
+    + [
+        pytest.param(name, dtype, marks=pytest.mark.slow)
+        for name in ROPES
+        for dtype in (np.float32, jnp.bfloat16)
+        if (name, dtype) != ("half", np.float32)
+    ],
+)
+def test_rope_in_the_kernel_equals_float64_and_xla(rope_name, dtype):
+    rope_case(rope_name, dtype)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rope_name", sorted(ROPES))
+def test_rope_in_the_kernel_gradient_equals_the_xla_kernel(rope_name):
+    """dq and dk carried back through the inverse rotation (the transpose: sine
+    negated) in the kernels; dynamic NTK with k's own length."""
+    grad = rope_case(rope_name, np.float32, 300 if rope_name == "dynamic_ntk" else None)
+    got, want = grad("pallas_tpu_interpret"), grad("xla")
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5 * float(np.abs(b).max()))
+
+
 def test_lowering_for_cuda_or_running_on_cpu_refuses():
     """The kernel is for TPU: lowered for ``cuda`` Pallas refuses the platform, and
     run on CPU without the interpreter it asks for interpret mode (the guide says
@@ -321,6 +405,17 @@ def test_lowering_for_cuda_or_running_on_cpu_refuses():
             dict(mask=np.ones((16, 16), bool)),
             ValueError,
             r"`mask` is not taken by implementation='pallas_tpu'.*segment ids",
+        ),
+        (
+            dict(rope=fp.RopeConfig(head_dim=128, angle_precision="exact")),
+            ValueError,
+            r"`rope.angle_precision` must be 'float32' for implementation="
+            r"'pallas_tpu'.*got 'exact'.*implementation='xla'",
+        ),
+        (
+            dict(rope=ROPES["dynamic_ntk"], seq_len=np.full(16, 100)),
+            ValueError,
+            r"`seq_len` must be a scalar .*DynamicNTKScaling.*got shape \(16,\)",
         ),
     ],
 )

@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from flax_posenc.attention._pallas_rope import RopeStatic
+
 LANES = 128  # a TPU vector register's lanes: block_k's unit
 SUBLANES = 8  # its sublanes: block_q's unit
 
@@ -36,6 +38,7 @@ class Static(NamedTuple):
     batch_rows: bool  # positions / segment ids per sequence (else shared)
     precision: Any  # of the matmuls
     interpret: bool
+    rope: RopeStatic | None = None  # RoPE of the q and k tiles, or none
 
 
 class Params(NamedTuple):

@@ -41,9 +41,13 @@ import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from flax_posenc.attention import _pallas_rope
 from flax_posenc.attention import _pallas_tiles as tiles
 from flax_posenc.attention._blockwise import Blocks
+from flax_posenc.attention._pallas_rope import ROWS as ROPE_ROWS
+from flax_posenc.attention._pallas_rope import RopeStatic
 from flax_posenc.attention._pallas_tiles import LANES, SUBLANES, Static
+from flax_posenc.attention._spec import Rotation
 from flax_posenc.bias.position_bias import KernelBias
 
 
@@ -54,11 +58,13 @@ def attention(
     block_k: int,
     precision: Any,
     interpret: bool,
+    rotation: Rotation | None = None,
 ) -> jax.Array:
     """The kernel's attention of prepared blocks, ``[..., L, N, Hv]`` in q's dtype.
 
     ``bias`` has a ``kernel_form()`` (or is None); ``block_q`` is a multiple of 8
-    and ``block_k`` of 128 (checked with the spec)."""
+    and ``block_k`` of 128 (checked with the spec). ``rotation``: RoPE applied to
+    the q and k tiles in the kernel (unrotated q and k in ``blocks``)."""
     form = None if bias is None else bias.kernel_form()
     _, length, kv_heads, groups, _ = blocks.q.shape
     keys = blocks.k.shape[1]
@@ -82,8 +88,12 @@ def attention(
         batch_rows=batch_rows,
         precision=precision,
         interpret=interpret,
+        rope=None if rotation is None else _rope_static(rotation.config),
     )
-    out = _forward(static, *_operands(blocks, form, static))
+    operands = _operands(blocks, form, static)
+    if rotation is not None:
+        operands += _rope_operands(blocks, rotation, static)
+    out = _forward(static, *operands)
     out = out[:, :, :length]  # [B, N, L, Hv]
     out = jnp.moveaxis(out, 1, 2)
     return out.reshape(*blocks.batch_shape, length, kv_heads * groups, -1)
@@ -129,6 +139,22 @@ def _operands(blocks: Blocks, form: KernelBias | None, static: Static) -> tuple:
     if static.segments:
         tiles += [lanes[-1], sublanes[-1]]
     return run, fetch, head_params, shared, q, k, v, *tiles
+
+
+def _rope_static(config: Any) -> RopeStatic:
+    return RopeStatic(config.layout, config.rotated_features, config.head_dim)
+
+
+def _rope_operands(blocks: Blocks, rotation: Rotation, static: Static) -> tuple:
+    """RoPE's per-lane rows ``[8, H]`` and k's positions lane-broadcast ``[Bt, Sp,
+    128]`` (q's are the first tile operand)."""
+    q_pos, k_pos = blocks.q_positions, blocks.k_positions
+    assert q_pos is not None and k_pos is not None  # checked: RoPE needs positions
+    config, seq_len, k_seq_len = rotation
+    rows = _pallas_rope.rows(config, seq_len, k_seq_len, q_pos, k_pos)
+    padded_k = _round_up(static.keys, static.block_k)
+    k_rows = _rows_of(k_pos, blocks.q.shape[0], static, padded_k)
+    return rows, jnp.broadcast_to(k_rows[:, :, None], (*k_rows.shape, LANES))
 
 
 def _round_up(n: int, unit: int) -> int:
@@ -228,7 +254,10 @@ def _forward_bwd(static: Static, residuals: tuple, d_out: jax.Array) -> tuple:
         d_q.astype(q.dtype),
         group_sum(d_k).astype(k.dtype),
         group_sum(d_v).astype(operands[6].dtype),
-        *(float0(x) for x in operands[7:]),
+        *(
+            float0(x) if x.dtype == jnp.int32 else jnp.zeros_like(x)
+            for x in operands[7:]
+        ),
     )
 
 
@@ -275,15 +304,58 @@ def _specs(static: Static, q: jax.Array, v: jax.Array, order: str) -> dict:
         (None, SUBLANES, bk),
         lambda b, h, x, y, run, fetch, *_: (row(b), 0, blocks(b, x, y, fetch)[1]),
     )
+    k_lanes = pl.BlockSpec(
+        (None, bk, LANES),
+        lambda b, h, x, y, run, fetch, *_: (row(b), blocks(b, x, y, fetch)[1], 0),
+    )
     head_dim, value_dim = q.shape[-1], v.shape[-1]
+    rope_rows = pl.BlockSpec((ROPE_ROWS, head_dim), lambda *_: (0, 0))
     return {
         "q": q_side(head_dim),
         "d_out": q_side(value_dim),
         "lanes": q_side(LANES),
         "k": kv_side(head_dim),
         "v": kv_side(value_dim),
-        "tiles": [q_tile, k_tile] * (static.positions + static.segments),
+        "tiles": [q_tile, k_tile] * (static.positions + static.segments)
+        + ([rope_rows, k_lanes] if static.rope else []),
     }
+
+
+def _split(static: Static, refs: tuple, inputs: int) -> tuple:
+    """A kernel's refs after the scalar prefetch: its ``inputs`` arrays, the
+    position / segment tiles, RoPE's rows and k lanes, and the rest (outputs,
+    scratch)."""
+    count = 2 * (static.positions + static.segments)
+    rope = 2 * (static.rope is not None)
+    ends = (inputs, inputs + count, inputs + count + rope)
+    return (
+        refs[: ends[0]],
+        refs[ends[0] : ends[1]],
+        refs[ends[1] : ends[2]],
+        refs[ends[2] :],
+    )
+
+
+def _rotated(static: Static, x: Any, positions: Any, rope_refs: tuple, side: str):
+    """``x`` (a block's value) rotated by the kernel's RoPE, in its dtype (as the
+    ``"xla"`` path rounds the rotated q and k once)."""
+    if static.rope is None:
+        return x
+    rows_ref = rope_refs[0]
+    out = _pallas_rope.rotate(static.rope, x, positions, rows_ref, side)
+    return out.astype(x.dtype)
+
+
+def _rotated_back(
+    static: Static, d_x: Any, positions: Any, rope_refs: tuple, side: str
+):
+    """A float32 gradient of a rotated block carried back to the unrotated one."""
+    if static.rope is None:
+        return d_x
+    rows_ref = rope_refs[0]
+    return _pallas_rope.rotate(
+        static.rope, d_x, positions, rows_ref, side, inverse=True
+    )
 
 
 def _pallas(static: Static, kernel, grid, in_specs, out_specs, out_shape, scratch):
@@ -325,6 +397,7 @@ def _call_forward(static: Static, operands: tuple, residuals: bool) -> Any:
         pltpu.VMEM((static.block_q, LANES), jnp.float32),
         pltpu.VMEM((static.block_q, LANES), jnp.float32),
         pltpu.VMEM((static.block_q, v.shape[-1]), jnp.float32),
+        *_kept_scratch(static, static.block_q, q),
     ]
     in_specs = [specs["q"], specs["k"], specs["v"], *specs["tiles"]]
     call = _pallas(
@@ -334,14 +407,46 @@ def _call_forward(static: Static, operands: tuple, residuals: bool) -> Any:
     return (outs[0], outs[1]) if residuals else outs[0]
 
 
+def _kept_scratch(static: Static, rows: int, x: jax.Array) -> list:
+    """With RoPE, VMEM for the rotated block a kernel keeps across its steps (the
+    block its grid's last axis does not change): the last scratch buffer."""
+    return [] if static.rope is None else [pltpu.VMEM((rows, x.shape[-1]), x.dtype)]
+
+
+def _scratch(static: Static, rest: tuple, count: int) -> tuple[tuple, tuple, Any]:
+    """A kernel's outputs, its ``count`` scratch buffers, and the kept rotated
+    block's buffer (None without RoPE)."""
+    kept = static.rope is not None
+    scratch = rest[len(rest) - count - kept :]
+    return (
+        rest[: len(rest) - count - kept],
+        scratch[:count],
+        scratch[-1] if kept else None,
+    )
+
+
+def _keep_rotated(static, kept_ref, x_ref, positions, rope_refs, side) -> None:
+    """Rotates the kept block into its buffer (at a kernel's first step)."""
+    if kept_ref is not None:
+        kept_ref[...] = _rotated(static, x_ref[...], positions, rope_refs, side)
+
+
+def _q_lanes(static: Static, tile_refs: tuple) -> Any:
+    """q's lane-broadcast positions (the first tile operand) where RoPE reads
+    them, else None."""
+    return tile_refs[0][...] if static.rope is not None else None
+
+
+def _k_lanes(rope_refs: tuple) -> Any:
+    """k's lane-broadcast positions (RoPE's second operand), or None."""
+    return rope_refs[1][...] if rope_refs else None
+
+
 def _forward_kernel(static: Static, run_ref, fetch_ref, head_ref, shared_ref, *refs):
     """Grid step ``(b, h, i, j)``: the online softmax's update by tile ``(i, j)``
     of head ``h``; the output (and the log-sum-exp) after the last key block."""
-    q_ref, k_ref, v_ref = refs[:3]
-    count = 2 * (static.positions + static.segments)
-    tile_refs = refs[3 : 3 + count]
-    outs = refs[3 + count : -3]
-    m_ref, l_ref, acc_ref = refs[-3:]
+    (q_ref, k_ref, v_ref), tile_refs, rope_refs, rest = _split(static, refs, 3)
+    outs, (m_ref, l_ref, acc_ref), kept_q = _scratch(static, rest, 3)
     b, h, i, j = (pl.program_id(axis) for axis in range(4))
 
     @pl.when(j == 0)
@@ -349,12 +454,17 @@ def _forward_kernel(static: Static, run_ref, fetch_ref, head_ref, shared_ref, *r
         m_ref[...] = jnp.full(m_ref.shape, -jnp.inf, jnp.float32)
         l_ref[...] = jnp.zeros(l_ref.shape, jnp.float32)
         acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+        _keep_rotated(
+            static, kept_q, q_ref, _q_lanes(static, tile_refs), rope_refs, "q"
+        )
 
     @pl.when(run_ref[_row(static)(b), i, j] != 0)
     def _step():
         params = tiles.scalar_params(static, head_ref, shared_ref, h)
+        q = (q_ref if kept_q is None else kept_q)[...]
+        k = _rotated(static, k_ref[...], _k_lanes(rope_refs), rope_refs, "k")
         pairs = tiles.position_pairs(tile_refs, (static.block_q, static.block_k))
-        scores = tiles.logits(static, pairs, params, j, q_ref[...], k_ref[...])
+        scores = tiles.logits(static, pairs, params, j, q, k)
         tiles.softmax_step(scores, v_ref[...], m_ref, l_ref, acc_ref, static.precision)
 
     @pl.when(j == pl.num_programs(3) - 1)
@@ -379,25 +489,31 @@ def _call_dq(static: Static, operands: tuple, d_out, lse, delta) -> jax.Array:
     in_specs += [specs["lanes"], *specs["tiles"]]
     out_shape = jax.ShapeDtypeStruct(q.shape, jnp.float32)
     scratch = [pltpu.VMEM((static.block_q, head_dim), jnp.float32)]
+    scratch += _kept_scratch(static, static.block_q, q)
     call = _pallas(static, _dq_kernel, grid, in_specs, specs["q"], out_shape, scratch)
     return call(run, fetch, head_params, shared, q, k, v, d_out, lse, delta, *tile_ops)
 
 
 def _dq_kernel(static: Static, run_ref, fetch_ref, head_ref, shared_ref, *refs):
-    q_ref, k_ref, v_ref, d_out_ref, lse_ref, delta_ref = refs[:6]
-    tile_refs, dq_ref, acc_ref = refs[6:-2], refs[-2], refs[-1]
+    inputs, tile_refs, rope_refs, rest = _split(static, refs, 6)
+    q_ref, k_ref, v_ref, d_out_ref, lse_ref, delta_ref = inputs
+    (dq_ref,), (acc_ref,), kept_q = _scratch(static, rest, 1)
     b, h, i, j = (pl.program_id(axis) for axis in range(4))
 
     @pl.when(j == 0)
     def _init():
         acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+        _keep_rotated(
+            static, kept_q, q_ref, _q_lanes(static, tile_refs), rope_refs, "q"
+        )
 
     @pl.when(run_ref[_row(static)(b), i, j] != 0)
     def _step():
         params = tiles.scalar_params(static, head_ref, shared_ref, h)
-        k = k_ref[...]
+        q = (q_ref if kept_q is None else kept_q)[...]
+        k = _rotated(static, k_ref[...], _k_lanes(rope_refs), rope_refs, "k")
         pairs = tiles.position_pairs(tile_refs, (static.block_q, static.block_k))
-        scores = tiles.logits(static, pairs, params, j, q_ref[...], k)
+        scores = tiles.logits(static, pairs, params, j, q, k)
         _, d_scores = tiles.probabilities_and_grad(
             scores, lse_ref[...], delta_ref[...], d_out_ref[...], v_ref[...],
             static.precision,
@@ -407,7 +523,8 @@ def _dq_kernel(static: Static, run_ref, fetch_ref, head_ref, shared_ref, *refs):
 
     @pl.when(j == pl.num_programs(3) - 1)
     def _write():
-        dq_ref[...] = acc_ref[...]
+        positions = _q_lanes(static, tile_refs)
+        dq_ref[...] = _rotated_back(static, acc_ref[...], positions, rope_refs, "q")
 
 
 def _call_dkv(static: Static, operands: tuple, d_out, lse, delta) -> tuple:
@@ -441,6 +558,7 @@ def _call_dkv(static: Static, operands: tuple, d_out, lse, delta) -> tuple:
         pltpu.VMEM((static.block_k, v.shape[-1]), jnp.float32),
         pltpu.VMEM((1, LANES), jnp.float32),
         pltpu.VMEM((1, LANES), jnp.float32),
+        *_kept_scratch(static, static.block_k, k),
     ]
     call = _pallas(static, _dkv_kernel, grid, in_specs, out_specs, out_shape, scratch)
     return call(
@@ -449,22 +567,26 @@ def _call_dkv(static: Static, operands: tuple, d_out, lse, delta) -> tuple:
 
 
 def _dkv_kernel(static: Static, run_ref, fetch_ref, head_ref, shared_ref, *refs):
-    q_ref, k_ref, v_ref, d_out_ref, lse_ref, delta_ref = refs[:6]
-    tile_refs = refs[6:-8]
-    outs, accs = refs[-8:-4], refs[-4:]
+    inputs, tile_refs, rope_refs, rest = _split(static, refs, 6)
+    q_ref, k_ref, v_ref, d_out_ref, lse_ref, delta_ref = inputs
+    outs, accs, kept_k = _scratch(static, rest, 4)
     b, h, j, i = (pl.program_id(axis) for axis in range(4))
 
     @pl.when(i == 0)
     def _init():
         for acc in accs:
             acc[...] = jnp.zeros(acc.shape, jnp.float32)
+        _keep_rotated(static, kept_k, k_ref, _k_lanes(rope_refs), rope_refs, "k")
 
     @pl.when(run_ref[_row(static)(b), j, i] != 0)
     def _step():
         params = tiles.scalar_params(static, head_ref, shared_ref, h)
-        q, d_out = q_ref[...], d_out_ref[...]
+        d_out = d_out_ref[...]
+        q_lanes = _q_lanes(static, tile_refs)
+        q = _rotated(static, q_ref[...], q_lanes, rope_refs, "q")
         pairs = tiles.position_pairs(tile_refs, (static.block_q, static.block_k))
-        scores = tiles.logits(static, pairs, params, j, q, k_ref[...])
+        k = (k_ref if kept_k is None else kept_k)[...]
+        scores = tiles.logits(static, pairs, params, j, q, k)
         probs, d_scores = tiles.probabilities_and_grad(
             scores, lse_ref[...], delta_ref[...], d_out, v_ref[...], static.precision
         )
@@ -480,5 +602,8 @@ def _dkv_kernel(static: Static, run_ref, fetch_ref, head_ref, shared_ref, *refs)
 
     @pl.when(i == pl.num_programs(3) - 1)
     def _write():
-        for out, acc in zip(outs, accs, strict=True):
-            out[...] = acc[...]
+        d_k = _rotated_back(static, accs[0][...], _k_lanes(rope_refs), rope_refs, "k")
+        for out, value in zip(
+            outs, (d_k, *(acc[...] for acc in accs[1:])), strict=True
+        ):
+            out[...] = value

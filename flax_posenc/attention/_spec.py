@@ -23,6 +23,7 @@ from typing import Any, Literal, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from flax_posenc._core.validation import (
     check_bool,
@@ -119,8 +120,6 @@ def check_settings(
         check_positive_int("block_k", block_k),
         check_choice("implementation", implementation, IMPLEMENTATIONS),
     )
-    if options.implementation != "xla":
-        _check_pallas_settings(options, bias)
     if bias is not None and not callable(bias):
         raise TypeError(
             "`bias` must be a function of (q_positions, k_positions), e.g. "
@@ -130,6 +129,8 @@ def check_settings(
     if (bias is not None or options.causal) and q_positions is None:
         raise ValueError("`q_positions` is required with `bias` or `causal=True`.")
     rotation = _check_rotation(rope, q_positions, seq_len, k_seq_len, rope_required)
+    if options.implementation != "xla":
+        _check_pallas_settings(options, bias, rotation)
     arrays = Arrays(
         *_integer_pair("positions", q_positions, k_positions),
         *_integer_pair("segment_ids", q_segment_ids, k_segment_ids),
@@ -138,9 +139,11 @@ def check_settings(
     return Spec(arrays, cast(Bias | None, bias), options, rotation)
 
 
-def _check_pallas_settings(options: Options, bias: Any) -> None:
+def _check_pallas_settings(
+    options: Options, bias: Any, rotation: Rotation | None
+) -> None:
     """What the Pallas kernel needs: block sizes on the hardware's tiling, a bias
-    with a kernel form."""
+    with a kernel form, RoPE whose frequencies are one row per call."""
     for name, unit in PALLAS_UNITS.items():
         size = getattr(options, name)
         if size % unit:
@@ -156,6 +159,32 @@ def _check_pallas_settings(options: Options, bias: Any) -> None:
             "(fp.AlibiBias, fp.RelativeBias, fp.KerpleBias and fp.FireBias have it). "
             "Hint: implementation='xla' takes any function of the positions."
         )
+    if rotation is not None:
+        _check_pallas_rotation(options, rotation)
+
+
+def _check_pallas_rotation(options: Options, rotation: Rotation) -> None:
+    """The kernel forms float32 angles from one frequency row for q and one for k:
+    no exact angles, no per-token lengths."""
+    config = rotation.config
+    where = f"implementation={options.implementation!r}, which rotates q and k tiles"
+    if config.angle_precision == "exact":
+        raise ValueError(
+            f"`rope.angle_precision` must be 'float32' for {where} in the kernel "
+            "(exact angles reduce float64 angles on the host), got 'exact'. Hint: "
+            "dataclasses.replace(rope, angle_precision='float32'), or implementation='xla'."
+        )
+    for name, length in (
+        ("seq_len", rotation.seq_len),
+        ("k_seq_len", rotation.k_seq_len),
+    ):
+        if config.depends_on_seq_len and np.ndim(length) > 0:
+            raise ValueError(
+                f"`{name}` must be a scalar for {where} with "
+                f"{type(config.scaling).__name__} (one set of frequencies per call), "
+                f"got shape {np.shape(length)}. Hint: pass one length, or "
+                "implementation='xla' for per-token lengths."
+            )
 
 
 def _check_rotation(

@@ -22,7 +22,8 @@ l], k_positions [..., s]) -> [..., N, l, s]``; :class:`flax_posenc.AlibiBias` an
 :class:`flax_posenc.RelativeBias` give ALiBi and T5's learned buckets with exactly the
 conventions of :func:`flax_posenc.alibi_bias` and
 :func:`flax_posenc.relative_position_bias`. RoPE
-composes: rotate q and k first (:func:`flax_posenc.apply_rope_qk`), or let
+composes: ``rope=`` rotates q and k at their positions first (the Pallas kernels
+rotate each tile in fast memory), or let
 :func:`flax_posenc.blockwise_attention_fn` do both inside Flax's attention modules.
 
 Reference: Dao et al., "FlashAttention", NeurIPS 2022; Rabe and Staats,
@@ -40,6 +41,8 @@ from flax_posenc.attention._spec import AttentionImplementation, check_spec
 from flax_posenc.bias.alibi import AlibiBias
 from flax_posenc.bias.position_bias import PositionBias
 from flax_posenc.bias.relative import RelativeBias
+from flax_posenc.rope.config import RopeConfig
+from flax_posenc.rope.scaling import SeqLen
 
 __all__ = [
     "AlibiBias",
@@ -58,6 +61,9 @@ def blockwise_attention(
     q_positions: jax.Array | None = None,
     k_positions: jax.Array | None = None,
     bias: PositionBias | None = None,
+    rope: RopeConfig | None = None,
+    seq_len: SeqLen = None,
+    k_seq_len: SeqLen = None,
     causal: bool = False,
     q_segment_ids: jax.Array | None = None,
     k_segment_ids: jax.Array | None = None,
@@ -92,6 +98,12 @@ def blockwise_attention(
       bias: a :class:`PositionBias`: :class:`AlibiBias`, :class:`RelativeBias` or any
         function of ``(q_positions [..., l], k_positions [..., s])`` returning
         ``[..., N, l, s]``; None for no bias.
+      rope: a :class:`flax_posenc.RopeConfig` that rotates q and k at their
+        positions first (as :func:`flax_posenc.apply_rope_qk`), or None. A Pallas
+        ``implementation`` rotates each tile inside the kernel.
+      seq_len: for dynamic NTK and LongRoPE: the length their frequencies use
+        (None: ``max(q, k positions) + 1``), as in :func:`flax_posenc.apply_rope_qk`.
+      k_seq_len: k's own length; None means ``seq_len``.
       causal: mask keys at later positions, ``k_pos > q_pos`` (from the positions,
         so packed sequences and decode steps are right).
       q_segment_ids: integer ``[..., L]``; queries attend only to keys of the same
@@ -118,14 +130,17 @@ def blockwise_attention(
     Raises:
       TypeError: non-floating q/k/v, non-integer positions or segment ids, a
         non-numeric ``mask``, a non-bool ``causal``, a ``bias`` that is not
-        callable, non-int block sizes; a Pallas ``implementation`` with a bias
+        callable, non-int block sizes, a ``rope`` that is not a
+        :class:`flax_posenc.RopeConfig`; a Pallas ``implementation`` with a bias
         that has no ``kernel_form()``.
-      ValueError: mismatched shapes or heads (``N % K``, ``AlibiBias.num_heads`` or
+      ValueError: ``rope`` without ``q_positions`` or with another head size, a
+        length below the positions it serves; mismatched shapes or heads (``N % K``, ``AlibiBias.num_heads`` or
         the table's heads against q's ``N``), ``bias``/``causal`` without
         ``q_positions``, positions or segment ids that break the positions rule, a
         bias tile of the wrong shape, a ``mask`` that does not broadcast, a
         ``scale <= 0``, block sizes ``<= 0``; an unknown ``implementation``; a
-        Pallas one with a ``mask`` or block sizes off the TPU tiling.
+        Pallas one with a ``mask``, block sizes off the TPU tiling, exact RoPE
+        angles or per-token lengths.
 
     Examples:
       ALiBi over 4096 tokens without the ``[4, 4096, 4096]`` bias:
@@ -159,6 +174,9 @@ def blockwise_attention(
         q_segment_ids=q_segment_ids,
         k_segment_ids=k_segment_ids,
         bias=bias,
+        rope=rope,
+        seq_len=seq_len,
+        k_seq_len=k_seq_len,
         causal=causal,
         scale=scale,
         block_q=block_q,
