@@ -2,11 +2,12 @@
 
 ``"xla"`` is the reference: :func:`flax_posenc.attention._blockwise.online_softmax`,
 plain ``jnp`` that every backend runs (and the tests' oracle). ``"pallas_tpu"`` is
-the TPU flash kernel (:mod:`flax_posenc.attention._pallas_tpu`);
-``"pallas_tpu_interpret"`` the same kernel run by Pallas's interpreter on any
-backend, for tests on CPU. Both take the same prepared blocks, so masking, grouping
-and positions mean the same in each. The ``"xla"`` kernel attends q and k rotated by
-the spec's RoPE beforehand; the Pallas kernel rotates each tile itself.
+the TPU flash kernel (:mod:`flax_posenc.attention._pallas_tpu`), ``"pallas_gpu"`` the
+GPU one (:mod:`flax_posenc.attention._pallas_gpu`); ``*_interpret`` runs a kernel in
+Pallas's interpreter on any backend, for tests on CPU. All take the same prepared
+blocks, so masking, grouping and positions mean the same in each. The Pallas
+kernels rotate each q and k tile by the spec's RoPE themselves (the GPU one where
+its layout allows); otherwise q and k are rotated beforehand.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import jax
 
 from flax_posenc._core.eager import eager_compiled
-from flax_posenc.attention import _blockwise, _pallas_tpu
+from flax_posenc.attention import _blockwise, _pallas_gpu, _pallas_tpu
 from flax_posenc.attention._spec import Arrays, Bias, Options, Rotation, Spec, rotate
 
 
@@ -32,7 +33,7 @@ def attention(
     transformation the kernel is traced inline (:mod:`flax_posenc._core.eager`).
     """
     rotation = spec.rotation
-    if spec.options.implementation == "xla" or rotation is None:
+    if rotation is not None and not _in_kernel(spec.options.implementation, rotation):
         q, k = rotate(q, k, spec)
         rotation = None
     bias_arrays, bias_static = _blockwise.split_bias(spec.bias)
@@ -42,6 +43,22 @@ def attention(
     if eager_compiled(operands, bias_static):
         return _compiled(*operands, bias_static, spec.options, precision, config)
     return _run(q, k, v, spec.arrays, spec.bias, spec.options, precision, rotation)
+
+
+def _in_kernel(implementation: str, rotation: Rotation) -> bool:
+    """Whether the kernel rotates q and k itself: the TPU one always (it refuses
+    what it cannot), the GPU one for float32 angles at one length per call in the
+    layouts it loads (:func:`flax_posenc.attention._pallas_gpu.rotates_in_kernel`)."""
+    if implementation.startswith("pallas_tpu"):
+        return True
+    config = rotation.config
+    one_length = all(getattr(n, "ndim", 0) == 0 for n in rotation[1:])
+    return (
+        implementation.startswith("pallas_gpu")
+        and config.angle_precision == "float32"
+        and (one_length or not config.depends_on_seq_len)
+        and _pallas_gpu.rotates_in_kernel(config)
+    )
 
 
 @functools.partial(
@@ -74,12 +91,14 @@ def _run(
     precision: Any,
     rotation: Rotation | None,
 ) -> jax.Array:
-    """The kernel; ``rotation`` only for a Pallas one (the ``"xla"`` path's q and
-    k come rotated)."""
+    """The kernel; ``rotation`` where it rotates q and k itself (else they come
+    rotated)."""
     blocks = _blockwise.prepare(q, k, v, arrays, options)
-    if options.implementation == "xla":
+    implementation = options.implementation
+    if implementation == "xla":
         return _blockwise.online_softmax(blocks, bias, precision)
-    interpret = options.implementation.endswith("_interpret")
-    return _pallas_tpu.attention(
-        blocks, bias, options.block_q, options.block_k, precision, interpret, rotation
-    )
+    settings = (blocks, bias, options.block_q, options.block_k, precision)
+    interpret = implementation.endswith("_interpret")
+    if implementation.startswith("pallas_gpu"):
+        return _pallas_gpu.attention(*settings, interpret, rotation)
+    return _pallas_tpu.attention(*settings, interpret, rotation)

@@ -42,6 +42,19 @@ class RopeStatic(NamedTuple):
     head_dim: int
 
 
+def static_of(config: Any) -> RopeStatic:
+    """The kernels' static RoPE of a ``RopeConfig``."""
+    return RopeStatic(config.layout, config.rotated_features, config.head_dim)
+
+
+def rows_of(rotation: Any, blocks: Any) -> jax.Array:
+    """:func:`rows` of a spec's ``Rotation`` for the prepared blocks' positions."""
+    q_pos, k_pos = blocks.q_positions, blocks.k_positions
+    assert q_pos is not None and k_pos is not None  # checked: RoPE needs positions
+    config, seq_len, k_seq_len = rotation
+    return rows(config, seq_len, k_seq_len, q_pos, k_pos)
+
+
 def rows(
     config: Any,
     seq_len: Any,

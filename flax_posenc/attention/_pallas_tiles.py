@@ -1,10 +1,11 @@
-"""The tile math of the Pallas TPU kernels (:mod:`flax_posenc.attention._pallas_tpu`):
-what one grid step computes of a ``[block_q, block_k]`` tile, shared by the forward
-kernel and the two backward kernels.
+"""The tile math of the Pallas kernels (:mod:`flax_posenc.attention._pallas_tpu`,
+:mod:`flax_posenc.attention._pallas_gpu`): what one step computes of a ``[block_q,
+block_k]`` tile, shared by the forward kernel and the two backward kernels of both.
 
-Every function reads the kernel's refs and returns values in fast memory. Row
-statistics are lane-broadcast ``[block_q, 128]`` arrays (TPU layouts); a row's value
-is its first lane.
+Functions take values in fast memory (or read the kernel's scalar refs) and return
+values. The TPU kernels keep row statistics lane-broadcast ``[block_q, 128]`` (TPU
+layouts; a row's value is its first lane), the GPU kernels ``[block_q, 1]``; the
+functions read a row's value as ``x[:, :1]`` and serve both.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ from flax_posenc.attention._pallas_rope import RopeStatic
 
 LANES = 128  # a TPU vector register's lanes: block_k's unit
 SUBLANES = 8  # its sublanes: block_q's unit
+
+
+# a block of q or k: the array, or its feature segments (the GPU kernel's RoPE)
+Features = jax.Array | tuple[jax.Array, ...]
 
 
 class Static(NamedTuple):
@@ -73,17 +78,15 @@ def logits(
     pairs: Sequence[tuple[jax.Array, jax.Array]],
     params: Params,
     j: Any,
-    q: jax.Array,
-    k: jax.Array,
+    q: Features,
+    k: Features,
 ) -> jax.Array:
     """Tile ``(q block, key block j)``'s final logits, float32 ``[block_q,
     block_k]``: ``scale q . k`` plus the bias, -inf where masked (causal from the
-    positions, segment ids, keys past ``S``)."""
-    out = jax.lax.dot_general(
-        q, k, (((1,), (1,)), ((), ())),
-        precision=static.precision, preferred_element_type=jnp.float32,
-    )  # fmt: skip
-    out = out * jnp.float32(static.scale)
+    positions, segment ids, keys past ``S``). q and k may be tuples of feature
+    segments (the GPU kernel's RoPE): their dot products are summed."""
+    dots = jax.tree.map(lambda a, b: matmul(a, b, (1, 1), static.precision), q, k)
+    out = sum(jax.tree.leaves(dots)) * jnp.float32(static.scale)
     shape = out.shape
     keep = None
     if static.keys % static.block_k:  # keys past S are padding
@@ -135,18 +138,34 @@ def softmax_step(
     acc_ref: Any,
     precision: Any,
 ) -> None:
-    """The online softmax's statistics in scratch updated with one tile's logits."""
-    row_max = m_ref[...][:, :1]
+    """:func:`online_update` of the statistics in scratch (lane-broadcast)."""
+    m, total, acc = online_update(
+        scores, v, m_ref[...][:, :1], l_ref[...][:, :1], acc_ref[...], precision
+    )
+    acc_ref[...] = acc
+    m_ref[...] = jnp.broadcast_to(m, m_ref.shape)
+    l_ref[...] = jnp.broadcast_to(total, l_ref.shape)
+
+
+def online_update(
+    scores: jax.Array,
+    v: jax.Array,
+    row_max: jax.Array,
+    total: jax.Array,
+    acc: jax.Array,
+    precision: Any,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The online softmax's row maximum ``[block_q, 1]``, denominator ``[block_q,
+    1]`` and float32 accumulator ``[block_q, Hv]`` updated with one tile's
+    logits."""
     new_max = jnp.maximum(row_max, scores.max(axis=-1, keepdims=True))
     # A row masked so far has max -inf: subtract 0 instead (exp(-inf) = 0).
     shift = jnp.where(new_max == -jnp.inf, 0.0, new_max)
     probs = jnp.exp(scores - shift)
     correction = jnp.exp(row_max - shift)
-    total = l_ref[...][:, :1] * correction + probs.sum(axis=-1, keepdims=True)
+    total = total * correction + probs.sum(axis=-1, keepdims=True)
     weighted = matmul(probs.astype(v.dtype), v, (1, 0), precision)
-    acc_ref[...] = acc_ref[...] * correction + weighted
-    m_ref[...] = jnp.broadcast_to(new_max, m_ref.shape)
-    l_ref[...] = jnp.broadcast_to(total, l_ref.shape)
+    return new_max, total, acc * correction + weighted
 
 
 def probabilities_and_grad(

@@ -32,23 +32,20 @@ three is :mod:`flax_posenc.attention._pallas_tiles`.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
+from flax_posenc.attention import _pallas_flash as flash
 from flax_posenc.attention import _pallas_rope
 from flax_posenc.attention import _pallas_tiles as tiles
 from flax_posenc.attention._blockwise import Blocks
 from flax_posenc.attention._pallas_rope import ROWS as ROPE_ROWS
-from flax_posenc.attention._pallas_rope import RopeStatic
 from flax_posenc.attention._pallas_tiles import LANES, SUBLANES, Static
 from flax_posenc.attention._spec import Rotation
-from flax_posenc.bias.position_bias import KernelBias
 
 
 def attention(
@@ -66,64 +63,11 @@ def attention(
     and ``block_k`` of 128 (checked with the spec). ``rotation``: RoPE applied to
     the q and k tiles in the kernel (unrotated q and k in ``blocks``)."""
     form = None if bias is None else bias.kernel_form()
-    _, length, kv_heads, groups, _ = blocks.q.shape
-    keys = blocks.k.shape[1]
-    block_q = min(block_q, _round_up(length, SUBLANES))
-    block_k = min(block_k, _round_up(keys, LANES))
-    rows = [blocks.q_positions, blocks.q_segment_ids]
-    rows += [blocks.k_positions, blocks.k_segment_ids]
-    batch_rows = any(x is not None and x.shape[0] > 1 for x in rows)
-    static = Static(
-        scale=blocks.scale,
-        causal=blocks.causal,
-        positions=blocks.q_positions is not None,
-        segments=blocks.q_segment_ids is not None,
-        tile=None if form is None else form.tile,
-        params_per_head=1 if form is None else form.head_params.shape[1],
-        shared_params=1 if form is None else form.shared_params.shape[0],
-        keys=keys,
-        block_q=block_q,
-        block_k=block_k,
-        groups=groups,
-        batch_rows=batch_rows,
-        precision=precision,
-        interpret=interpret,
-        rope=None if rotation is None else _rope_static(rotation.config),
-    )
-    operands = _operands(blocks, form, static)
-    if rotation is not None:
-        operands += _rope_operands(blocks, rotation, static)
-    out = _forward(static, *operands)
-    out = out[:, :, :length]  # [B, N, L, Hv]
-    out = jnp.moveaxis(out, 1, 2)
-    return out.reshape(*blocks.batch_shape, length, kv_heads * groups, -1)
-
-
-def _operands(blocks: Blocks, form: KernelBias | None, static: Static) -> tuple:
-    """The kernel's inputs: the run / fetch tables and the bias's scalars (scalar
-    prefetch), q ``[B, N, Lp, H]``, k and v ``[B, K, Sp, H]``, then lane-broadcast
-    positions and segment ids where the kernel reads them."""
-    batch, length, kv_heads, groups, head_dim = blocks.q.shape
-    padded_q = _round_up(length, static.block_q)
-    padded_k = _round_up(static.keys, static.block_k)
-    q = blocks.q.reshape(batch, length, kv_heads * groups, head_dim)
-    q = _pad(jnp.moveaxis(q, 1, 2), padded_q, axis=2)
-    k = _pad(jnp.moveaxis(blocks.k, 1, 2), padded_k, axis=2)
-    v = _pad(jnp.moveaxis(blocks.v, 1, 2), padded_k, axis=2)
-    q_rows = [blocks.q_positions, blocks.q_segment_ids]
-    k_rows = [blocks.k_positions, blocks.k_segment_ids]
-    q_rows = [
-        None if x is None else _rows_of(x, batch, static, padded_q) for x in q_rows
-    ]
-    k_rows = [
-        None if x is None else _rows_of(x, batch, static, padded_k) for x in k_rows
-    ]
-    run, fetch = _block_tables(q_rows, k_rows, static, padded_q, padded_k)
-    if form is None:
-        head_params = shared = jnp.zeros((1,), jnp.float32)
-    else:
-        head_params = form.head_params.astype(jnp.float32).reshape(-1)
-        shared = form.shared_params.astype(jnp.float32).reshape(-1)
+    block_q = min(block_q, flash.round_up(blocks.q.shape[1], SUBLANES))
+    block_k = min(block_k, flash.round_up(blocks.k.shape[1], LANES))
+    rope = None if rotation is None else _pallas_rope.static_of(rotation.config)
+    static = flash.static_of(blocks, form, block_q, block_k, precision, interpret, rope)
+    shared, q_rows, k_rows = flash.operands(blocks, form, static)
     lanes = [
         jnp.broadcast_to(x[:, :, None], (*x.shape, LANES))
         for x in q_rows
@@ -138,135 +82,10 @@ def _operands(blocks: Blocks, form: KernelBias | None, static: Static) -> tuple:
     tiles = [lanes[0], sublanes[0]] if static.positions else []
     if static.segments:
         tiles += [lanes[-1], sublanes[-1]]
-    return run, fetch, head_params, shared, q, k, v, *tiles
-
-
-def _rope_static(config: Any) -> RopeStatic:
-    return RopeStatic(config.layout, config.rotated_features, config.head_dim)
-
-
-def _rope_operands(blocks: Blocks, rotation: Rotation, static: Static) -> tuple:
-    """RoPE's per-lane rows ``[8, H]`` and k's positions lane-broadcast ``[Bt, Sp,
-    128]`` (q's are the first tile operand)."""
-    q_pos, k_pos = blocks.q_positions, blocks.k_positions
-    assert q_pos is not None and k_pos is not None  # checked: RoPE needs positions
-    config, seq_len, k_seq_len = rotation
-    rows = _pallas_rope.rows(config, seq_len, k_seq_len, q_pos, k_pos)
-    padded_k = _round_up(static.keys, static.block_k)
-    k_rows = _rows_of(k_pos, blocks.q.shape[0], static, padded_k)
-    return rows, jnp.broadcast_to(k_rows[:, :, None], (*k_rows.shape, LANES))
-
-
-def _round_up(n: int, unit: int) -> int:
-    return -(-n // unit) * unit
-
-
-def _pad(x: jax.Array, size: int, axis: int) -> jax.Array:
-    """``x`` zero-padded to ``size`` along ``axis``."""
-    pad = [(0, 0)] * x.ndim
-    pad[axis] = (0, size - x.shape[axis])
-    return jnp.pad(x, pad)
-
-
-def _rows_of(x: jax.Array, batch: int, static: Static, size: int) -> jax.Array:
-    """int32 ``[B or 1, size]`` rows, padded with 0 (``[B]`` when any input has
-    a row per sequence, so that one index map serves all)."""
-    if static.batch_rows:
-        x = jnp.broadcast_to(x, (batch, x.shape[1]))
-    return _pad(x.astype(jnp.int32), size, axis=1)
-
-
-def _block_tables(
-    q_rows: list, k_rows: list, static: Static, padded_q: int, padded_k: int
-) -> tuple[jax.Array, jax.Array]:
-    """int32 ``run [Bt, Q, Kb]`` (1 where some pair of the tile may attend) and
-    ``fetch [Bt, Q, Kb]`` (the k/v block a step reads: its own where it runs,
-    else the last that ran, so a skipped step fetches nothing new)."""
-    num_q, num_k = padded_q // static.block_q, padded_k // static.block_k
-    bt = max([x.shape[0] for x in q_rows + k_rows if x is not None], default=1)
-    run = jnp.ones((bt, num_q, num_k), bool)
-    real = jnp.arange(padded_k) < static.keys  # padded keys never count
-    block = lambda x, n, b: x.reshape(x.shape[0], n, b)
-    if static.causal:
-        q_max = block(q_rows[0], num_q, static.block_q).max(-1)
-        k_pos = jnp.where(real, k_rows[0], jnp.iinfo(jnp.int32).max)
-        k_min = block(k_pos, num_k, static.block_k).min(-1)
-        run = run & (k_min[:, None, :] <= q_max[:, :, None])
-    if static.segments:
-        qs, ks = block(q_rows[1], num_q, static.block_q), k_rows[1]
-        k_low = block(
-            jnp.where(real, ks, jnp.iinfo(jnp.int32).max), num_k, static.block_k
-        )
-        k_high = block(
-            jnp.where(real, ks, jnp.iinfo(jnp.int32).min), num_k, static.block_k
-        )
-        low, high = k_low.min(-1)[:, None, :], k_high.max(-1)[:, None, :]
-        run = run & (low <= qs.max(-1)[:, :, None]) & (qs.min(-1)[:, :, None] <= high)
-    return run.astype(jnp.int32), _last_run(run)
-
-
-def _last_run(run: jax.Array) -> jax.Array:
-    """int32: along the last axis, the index of the last step that runs so far (0
-    before the first): the block a skipped step reads, so it fetches nothing new."""
-    index = jnp.arange(run.shape[-1], dtype=jnp.int32)
-    last = jax.lax.cummax(jnp.where(run != 0, index, -1), axis=run.ndim - 1)
-    return jnp.maximum(last, 0)
-
-
-def _forward(static: Static, *operands: jax.Array) -> jax.Array:
-    """The kernel's output ``[B, N, Lp, Hv]``, differentiable."""
-    return _differentiable(static, *operands)
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _differentiable(static: Static, *operands: jax.Array) -> jax.Array:
-    return _call_forward(static, operands, residuals=False)
-
-
-def _forward_fwd(static: Static, *operands: jax.Array):
-    out, lse = _call_forward(static, operands, residuals=True)
-    return out, (operands, out, lse)
-
-
-def _forward_bwd(static: Static, residuals: tuple, d_out: jax.Array) -> tuple:
-    """Cotangents of every operand: float0 for the integer tables and tiles."""
-    operands, out, lse = residuals
-    q, k = operands[4], operands[5]
-    batch = q.shape[0]
-    d_out = d_out.astype(q.dtype)
-    delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)
-    delta = jnp.broadcast_to(delta[..., None], (*delta.shape, LANES))
-    d_q = _call_dq(static, operands, d_out, lse, delta)
-    d_k, d_v, d_head, d_shared = _call_dkv(static, operands, d_out, lse, delta)
-    kv_heads = k.shape[1]
-    group_sum = lambda x: x.reshape(batch, kv_heads, static.groups, *x.shape[2:]).sum(2)
-    d_head_params = d_shared_params = jnp.zeros_like(operands[2])
-    if static.tile is not None:
-        per_head = d_head.sum((0, 2))[:, 0, : static.params_per_head]
-        d_head_params = per_head.reshape(-1)
-        d_shared_params = d_shared.sum((0, 1, 2))[0, : static.shared_params]
-    float0 = lambda x: np.zeros(x.shape, jax.dtypes.float0)
-    return (
-        float0(operands[0]),
-        float0(operands[1]),
-        d_head_params,
-        d_shared_params,
-        d_q.astype(q.dtype),
-        group_sum(d_k).astype(k.dtype),
-        group_sum(d_v).astype(operands[6].dtype),
-        *(
-            float0(x) if x.dtype == jnp.int32 else jnp.zeros_like(x)
-            for x in operands[7:]
-        ),
-    )
-
-
-_differentiable.defvjp(_forward_fwd, _forward_bwd)
-
-
-def _row(static: Static) -> Callable[[Any], Any]:
-    """The row of positions / segment ids / tables for sequence ``b``."""
-    return (lambda b: b) if static.batch_rows else (lambda b: 0)
+    if rotation is not None:
+        k_lanes = jnp.broadcast_to(k_rows[0][:, :, None], (*k_rows[0].shape, LANES))
+        tiles += [_pallas_rope.rows_of(rotation, blocks), k_lanes]
+    return flash.attention(KERNELS, static, blocks, *shared, *tiles)
 
 
 def _specs(static: Static, q: jax.Array, v: jax.Array, order: str) -> dict:
@@ -274,7 +93,7 @@ def _specs(static: Static, q: jax.Array, v: jax.Array, order: str) -> dict:
     tiles) and the k side (k, v, the k tiles), for a grid ``(B, N, q block, k
     block)`` (``order="qk"``: a skipped step's k block is ``fetch``'s) or ``(B, N,
     k block, q block)`` (``"kq"``: a skipped step's q block is ``fetch``'s)."""
-    row, groups = _row(static), static.groups
+    row, groups = flash.row(static), static.groups
     bq, bk = static.block_q, static.block_k
 
     def blocks(b, x, y, fetch):
@@ -458,7 +277,7 @@ def _forward_kernel(static: Static, run_ref, fetch_ref, head_ref, shared_ref, *r
             static, kept_q, q_ref, _q_lanes(static, tile_refs), rope_refs, "q"
         )
 
-    @pl.when(run_ref[_row(static)(b), i, j] != 0)
+    @pl.when(run_ref[flash.row(static)(b), i, j] != 0)
     def _step():
         params = tiles.scalar_params(static, head_ref, shared_ref, h)
         q = (q_ref if kept_q is None else kept_q)[...]
@@ -507,7 +326,7 @@ def _dq_kernel(static: Static, run_ref, fetch_ref, head_ref, shared_ref, *refs):
             static, kept_q, q_ref, _q_lanes(static, tile_refs), rope_refs, "q"
         )
 
-    @pl.when(run_ref[_row(static)(b), i, j] != 0)
+    @pl.when(run_ref[flash.row(static)(b), i, j] != 0)
     def _step():
         params = tiles.scalar_params(static, head_ref, shared_ref, h)
         q = (q_ref if kept_q is None else kept_q)[...]
@@ -535,7 +354,7 @@ def _call_dkv(static: Static, operands: tuple, d_out, lse, delta) -> tuple:
     batch, heads, padded_q, head_dim = q.shape
     padded_k, num_k = k.shape[2], k.shape[2] // static.block_k
     run_t = jnp.swapaxes(run, 1, 2)  # [Bt, Kb, Q]
-    fetch_t = _last_run(run_t)
+    fetch_t = flash.last_run(run_t)
     specs = _specs(static, q, v, "kq")
     grid = (batch, heads, num_k, padded_q // static.block_q)
     in_specs = [specs["q"], specs["k"], specs["v"], specs["d_out"], specs["lanes"]]
@@ -578,7 +397,7 @@ def _dkv_kernel(static: Static, run_ref, fetch_ref, head_ref, shared_ref, *refs)
             acc[...] = jnp.zeros(acc.shape, jnp.float32)
         _keep_rotated(static, kept_k, k_ref, _k_lanes(rope_refs), rope_refs, "k")
 
-    @pl.when(run_ref[_row(static)(b), j, i] != 0)
+    @pl.when(run_ref[flash.row(static)(b), j, i] != 0)
     def _step():
         params = tiles.scalar_params(static, head_ref, shared_ref, h)
         d_out = d_out_ref[...]
@@ -607,3 +426,11 @@ def _dkv_kernel(static: Static, run_ref, fetch_ref, head_ref, shared_ref, *refs)
             outs, (d_k, *(acc[...] for acc in accs[1:])), strict=True
         ):
             out[...] = value
+
+
+KERNELS = flash.Kernels(
+    _call_forward,
+    _call_dq,
+    _call_dkv,
+    lambda delta: jnp.broadcast_to(delta[..., None], (*delta.shape, LANES)),
+)

@@ -23,7 +23,6 @@ from typing import Any, Literal, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from flax_posenc._core.validation import (
     check_bool,
@@ -46,14 +45,17 @@ from flax_posenc.rope.scaling import SeqLen
 
 Bias = Callable[[jax.Array, jax.Array], jax.Array]
 
-AttentionImplementation = Literal["xla", "pallas_tpu", "pallas_tpu_interpret"]
+AttentionImplementation = Literal[
+    "xla", "pallas_tpu", "pallas_tpu_interpret", "pallas_gpu", "pallas_gpu_interpret"
+]
 """Which kernel attends: ``"xla"`` (plain ``jnp`` on every backend, the reference),
-``"pallas_tpu"`` (the TPU flash kernel with the bias computed inside it) or
-``"pallas_tpu_interpret"`` (that kernel run by Pallas's interpreter on any backend:
-slow, for tests on CPU)."""
+``"pallas_tpu"`` (the TPU flash kernel with the bias and RoPE computed inside it),
+``"pallas_gpu"`` (the GPU flash kernel, Triton, with the bias computed inside it), or
+either ``*_interpret``: that kernel run by Pallas's interpreter on any backend (slow,
+for tests on CPU)."""
 IMPLEMENTATIONS = typing.get_args(AttentionImplementation)
-# The Pallas kernel's tiling units (TPU: 8 sublanes, 128 lanes).
-PALLAS_UNITS = {"block_q": 8, "block_k": 128}
+# The TPU kernel's tiling units (8 sublanes, 128 lanes).
+TPU_UNITS = {"block_q": 8, "block_k": 128}
 
 
 class Options(NamedTuple):
@@ -142,15 +144,23 @@ def check_settings(
 def _check_pallas_settings(
     options: Options, bias: Any, rotation: Rotation | None
 ) -> None:
-    """What the Pallas kernel needs: block sizes on the hardware's tiling, a bias
-    with a kernel form, RoPE whose frequencies are one row per call."""
-    for name, unit in PALLAS_UNITS.items():
+    """What the Pallas kernels need: block sizes on the hardware's tiling, a bias
+    with a kernel form; on TPU, RoPE whose frequencies are one row per call."""
+    on_tpu = options.implementation.startswith("pallas_tpu")
+    for name in ("block_q", "block_k"):
         size = getattr(options, name)
-        if size % unit:
+        if on_tpu and size % TPU_UNITS[name]:
+            unit = TPU_UNITS[name]
             raise ValueError(
                 f"`{name}` must be a multiple of {unit} for implementation="
                 f"{options.implementation!r} (TPU tiles are 8 x 128), got {size}. "
                 f"Hint: {name}={max(unit, size // unit * unit)}."
+            )
+        if not on_tpu and (size < 16 or size & (size - 1)):
+            raise ValueError(
+                f"`{name}` must be a power of two of at least 16 for implementation="
+                f"{options.implementation!r} (Triton's blocks), got {size}. Hint: "
+                f"{name}={max(16, 1 << (size.bit_length() - 1))}."
             )
     if bias is not None and not callable(getattr(bias, "kernel_form", None)):
         raise TypeError(
@@ -159,7 +169,7 @@ def _check_pallas_settings(
             "(fp.AlibiBias, fp.RelativeBias, fp.KerpleBias and fp.FireBias have it). "
             "Hint: implementation='xla' takes any function of the positions."
         )
-    if rotation is not None:
+    if rotation is not None and on_tpu:
         _check_pallas_rotation(options, rotation)
 
 
@@ -178,11 +188,12 @@ def _check_pallas_rotation(options: Options, rotation: Rotation) -> None:
         ("seq_len", rotation.seq_len),
         ("k_seq_len", rotation.k_seq_len),
     ):
-        if config.depends_on_seq_len and np.ndim(length) > 0:
+        shape = tuple(getattr(length, "shape", ()))
+        if config.depends_on_seq_len and shape:
             raise ValueError(
                 f"`{name}` must be a scalar for {where} with "
                 f"{type(config.scaling).__name__} (one set of frequencies per call), "
-                f"got shape {np.shape(length)}. Hint: pass one length, or "
+                f"got shape {shape}. Hint: pass one length, or "
                 "implementation='xla' for per-token lengths."
             )
 

@@ -119,10 +119,12 @@ def blockwise_attention(
         ``jnp.einsum``); None is the backend default.
       implementation: the kernel (see :data:`flax_posenc.AttentionImplementation`
         and the guide's "Attention on TPU and GPU"): ``"xla"`` (the default, every
-        backend), ``"pallas_tpu"`` (TPU flash attention with the bias computed in
-        the kernel, forward and backward; no ``mask``, ``block_q`` a multiple of 8 and
-        ``block_k`` of 128, a bias with ``kernel_form()``), or
-        ``"pallas_tpu_interpret"`` (that kernel in Pallas's interpreter, on CPU).
+        backend), ``"pallas_tpu"`` (TPU flash attention with the bias and RoPE
+        computed in the kernel, forward and backward; no ``mask``, ``block_q`` a
+        multiple of 8 and ``block_k`` of 128, a bias with ``kernel_form()``),
+        ``"pallas_gpu"`` (GPU flash attention, Triton, the bias in the kernel; block
+        sizes powers of two of at least 16, at most 64 used), or either with
+        ``"_interpret"`` (that kernel in Pallas's interpreter, on CPU).
 
     Returns:
       ``[..., L, N, Hv]`` in q's dtype.
@@ -139,8 +141,8 @@ def blockwise_attention(
         ``q_positions``, positions or segment ids that break the positions rule, a
         bias tile of the wrong shape, a ``mask`` that does not broadcast, a
         ``scale <= 0``, block sizes ``<= 0``; an unknown ``implementation``; a
-        Pallas one with a ``mask``, block sizes off the TPU tiling, exact RoPE
-        angles or per-token lengths.
+        Pallas one with a ``mask`` or block sizes off its tiling; the TPU one with
+        exact RoPE angles or per-token lengths.
 
     Examples:
       ALiBi over 4096 tokens without the ``[4, 4096, 4096]`` bias:

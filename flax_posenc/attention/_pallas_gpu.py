@@ -1,0 +1,435 @@
+"""The Pallas GPU (Triton) kernel of blockwise attention: flash attention whose
+position bias is computed per tile inside the kernel (``implementation="pallas_gpu"``).
+
+Grid ``(B, N, Q)``: program ``(b, h, i)`` keeps head ``h``'s query block ``i``
+(``[block_q, H]``) in registers and walks the key blocks of its k/v head ``h // G``
+(grouped-query attention by the index map, no repeated heads) in a loop. Each step
+forms its ``[block_q, block_k]`` tile on chip, as the TPU kernel does and with the
+same tile math (:mod:`flax_posenc.attention._pallas_tiles`): the logits by one
+matmul, the bias by the bias's :class:`flax_posenc.KernelBias` from the tile's
+positions and the head's scalars, the masks, and the online softmax with float32
+statistics. A step whose tile is wholly masked (the ``run`` table of
+:mod:`flax_posenc.attention._pallas_flash`) is a branch not taken: no loads, no
+math.
+
+Triton's rules: block sizes are powers of two of at least 16 (the matmul's tile),
+at most 64 here (registers and shared memory at ``H = 128``); the head size is
+padded to a power of two (zeros add nothing to a dot product). The backward is the
+shared ``custom_vjp``: a ``dq`` kernel over ``(B, N, Q)`` and a ``dk dv`` kernel
+over ``(B, N, Kb)`` walking the query blocks, which also sums the bias's scalars'
+gradient through the bias's own VJP per tile.
+
+RoPE of the ``"half"`` layout (:func:`rotates_in_kernel`): q and k blocks are loaded
+as feature segments, the two halves of the rotated ``R`` and the unrotated rest
+(Triton has no lane shuffle), the halves rotated in registers (``(a c - b s, b c +
+a s)`` in float32, rounded once to the input's dtype), and the logits are the sum of
+the segments' dot products; ``dq`` and ``dk`` are carried back by the inverse
+rotation. Other RoPE is applied to q and k before the kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
+
+from flax_posenc.attention import _pallas_flash as flash
+from flax_posenc.attention import _pallas_rope
+from flax_posenc.attention import _pallas_tiles as tiles
+from flax_posenc.attention._blockwise import Blocks
+from flax_posenc.attention._pallas_tiles import Static
+from flax_posenc.attention._spec import Rotation
+
+MAX_BLOCK = 64  # the largest block a kernel uses
+MIN_BLOCK = 16  # Triton's smallest matmul tile
+
+
+def attention(
+    blocks: Blocks,
+    bias: Any,
+    block_q: int,
+    block_k: int,
+    precision: Any,
+    interpret: bool,
+    rotation: Rotation | None = None,
+) -> jax.Array:
+    """The kernel's attention of prepared blocks, ``[..., L, N, Hv]`` in q's dtype.
+
+    ``bias`` has a ``kernel_form()`` (or is None); block sizes are powers of two of
+    at least 16 (checked with the spec), used up to 64. ``rotation``: RoPE applied
+    in the kernel (:func:`rotates_in_kernel` holds; unrotated q and k in
+    ``blocks``)."""
+    form = None if bias is None else bias.kernel_form()
+    block_q = min(block_q, MAX_BLOCK, _power_of_two(blocks.q.shape[1]))
+    block_k = min(block_k, MAX_BLOCK, _power_of_two(blocks.k.shape[1]))
+    rope = None if rotation is None else _pallas_rope.static_of(rotation.config)
+    static = flash.static_of(blocks, form, block_q, block_k, precision, interpret, rope)
+    shared, q_rows, k_rows = flash.operands(blocks, form, static)
+    run, fetch, head, scalars, q, k, v = shared
+    q, k, v = (flash.pad(x, _power_of_two(x.shape[-1]), axis=3) for x in (q, k, v))
+    rows = [x for pair in zip(q_rows, k_rows, strict=True) for x in pair]
+    operands = (run, fetch, head, scalars, q, k, v, *(x for x in rows if x is not None))
+    if rotation is not None:
+        operands += (_pallas_rope.rows_of(rotation, blocks),)
+    return flash.attention(KERNELS, static, blocks, *operands)
+
+
+def rotates_in_kernel(config: Any) -> bool:
+    """Whether the kernel rotates q and k by ``config`` itself: the ``"half"``
+    layout, with its feature segments (the two halves of the rotated ``R``, the
+    rest of the padded head) blocks that Triton loads (powers of two, at least
+    16). Otherwise q and k are rotated before the kernel."""
+    half = config.rotated_features // 2
+    rest = _power_of_two(config.head_dim) - config.rotated_features
+    return (
+        config.layout == "half" and _loadable(half) and (rest == 0 or _loadable(rest))
+    )
+
+
+def _loadable(n: int) -> bool:
+    return n >= MIN_BLOCK and n & (n - 1) == 0
+
+
+def _power_of_two(n: int) -> int:
+    """The least power of two ``>= max(n, 16)``."""
+    return max(MIN_BLOCK, 1 << (n - 1).bit_length())
+
+
+def _loaded(
+    static: Static, ref: Any, rows: Any, positions: Any, rope_ref: Any, side: str
+) -> tiles.Features:
+    """Block ``rows`` of q or k (``side``): the array, or with RoPE its rotated
+    halves and its unrotated rest (a tuple of feature segments, each rounded once to
+    the input's dtype, as the ``"xla"`` path rounds the rotated q and k)."""
+    if static.rope is None:
+        return ref[rows, :]
+    half, rotated = static.rope.rotated // 2, static.rope.rotated
+    a, b = ref[rows, pl.ds(0, half)], ref[rows, pl.ds(half, half)]
+    cos, sin = _cos_sin(static, positions, rope_ref, side)
+    a32, b32 = a.astype(jnp.float32), b.astype(jnp.float32)
+    out = (
+        (a32 * cos - b32 * sin).astype(a.dtype),
+        (b32 * cos + a32 * sin).astype(a.dtype),
+    )
+    width = ref.shape[-1] - rotated
+    return out + ((ref[rows, pl.ds(rotated, width)],) if width else ())
+
+
+def _cos_sin(static: Static, positions: Any, rope_ref: Any, side: str) -> tuple:
+    """float32 ``a cos(p f)`` and ``a sin(p f)``, ``[rows, R/2]``, from the
+    positions ``[rows]`` and the per-lane rows of :mod:`flax_posenc.attention._pallas_rope`
+    (whose first ``R/2`` lanes hold the half layout's frequencies)."""
+    assert static.rope is not None
+    half = static.rope.rotated // 2
+    freq_row = _pallas_rope.Q_FREQ if side == "q" else _pallas_rope.K_FREQ
+    freq = rope_ref[freq_row, pl.ds(0, half)]
+    scaling = rope_ref[freq_row + 1, pl.ds(0, half)][None, :]
+    angles = positions[:, None].astype(jnp.float32) * freq[None, :]
+    return jnp.cos(angles) * scaling, jnp.sin(angles) * scaling
+
+
+def _rotated_back(static: Static, grads: Any, positions: Any, rope_ref: Any, side: str):
+    """A float32 gradient of rotated segments carried back to the unrotated ones."""
+    if static.rope is None:
+        return grads
+    cos, sin = _cos_sin(static, positions, rope_ref, side)
+    a, b, *rest = grads
+    return (a * cos + b * sin, b * cos - a * sin, *rest)
+
+
+def _store(ref: Any, value: Any) -> None:
+    """An array, or feature segments side by side, into ``ref``."""
+    if not isinstance(value, tuple):
+        ref[...] = value
+        return
+    offset = 0
+    for segment in value:
+        ref[:, pl.ds(offset, segment.shape[-1])] = segment
+        offset += segment.shape[-1]
+
+
+def _pallas(static: Static, kernel, grid, in_specs, out_specs, out_shape):
+    return pl.pallas_call(
+        functools.partial(kernel, static),
+        out_shape=out_shape,
+        grid=grid,
+        in_specs=in_specs,
+        out_specs=out_specs,
+        compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=2),
+        interpret=static.interpret,
+        name="flax_posenc_flash_attention",
+    )
+
+
+def _specs(static: Static, operands: tuple) -> dict:
+    """Block specs for a grid ``(B, N, block)``: ``*_block`` follow the grid's
+    block index, ``*_whole`` hold a head's whole padded length (sliced per step)."""
+    row, groups = flash.row(static), static.groups
+    run, _, head, shared, q, k = operands[:6]
+    lengths = {"q": q.shape[2], "k": k.shape[2]}
+    sizes = {"q": static.block_q, "k": static.block_k}
+
+    def array(side: str, width: int, whole: bool) -> pl.BlockSpec:
+        size = lengths[side] if whole else sizes[side]
+        kv = side == "k"
+        return pl.BlockSpec(
+            (None, None, size, width),
+            lambda b, h, x: (
+                b,
+                jax.lax.div(h, groups) if kv else h,
+                0 if whole else x,
+                0,
+            ),
+        )
+
+    def rows(side: str, whole: bool) -> pl.BlockSpec:
+        size = lengths[side] if whole else sizes[side]
+        return pl.BlockSpec((None, size), lambda b, h, x: (row(b), 0 if whole else x))
+
+    full = lambda x: pl.BlockSpec(x.shape, lambda *_: (0,) * x.ndim)
+    return {
+        "table": pl.BlockSpec((None, *run.shape[1:]), lambda b, h, x: (row(b), 0, 0)),
+        "params": [full(head), full(shared)],
+        "rope": [full(operands[-1])] if static.rope is not None else [],
+        "array": array,
+        "rows": rows,
+        "stat": lambda whole: pl.BlockSpec(
+            (None, None, lengths["q"] if whole else sizes["q"]),
+            lambda b, h, x: (b, h, 0 if whole else x),
+        ),
+    }
+
+
+def _row_specs(static: Static, specs: dict, q_whole: bool) -> list:
+    """The specs of the operands after q, k and v: the rows in operand order (q's
+    then k's, positions then segment ids; one side by block, the other whole), then
+    RoPE's per-lane rows."""
+    count = static.positions + static.segments
+    rows = [specs["rows"]("q", q_whole), specs["rows"]("k", not q_whole)] * count
+    return rows + specs["rope"]
+
+
+def _each_block(run_ref: Any, outer: Any, count: int, step, init: Any) -> Any:
+    """``step(inner, carry)`` over the inner blocks whose tile may attend."""
+
+    def body(inner: Any, carry: Any) -> Any:
+        return jax.lax.cond(
+            run_ref[outer, inner] != 0, lambda c: step(inner, c), lambda c: c, carry
+        )
+
+    return jax.lax.fori_loop(0, count, body, init)
+
+
+def _pairs(static: Static, row_refs: tuple, q_slice: Any, k_slice: Any) -> list:
+    """The ``[block_q, block_k]`` tiles of the pairs' positions, then segment ids."""
+    shape = (static.block_q, static.block_k)
+    return [
+        (
+            jnp.broadcast_to(row_refs[2 * n][q_slice][:, None], shape),
+            jnp.broadcast_to(row_refs[2 * n + 1][k_slice][None, :], shape),
+        )
+        for n in range(len(row_refs) // 2)
+    ]
+
+
+def _call_forward(static: Static, operands: tuple, residuals: bool) -> Any:
+    """``out [B, N, Lp, Hv]``, with the rows' log-sum-exp ``[B, N, Lp]`` when
+    ``residuals``."""
+    run, _, _, _, q, k, v = operands[:7]
+    batch, heads, padded_q, _ = q.shape
+    specs = _specs(static, operands)
+    array = specs["array"]
+    in_specs = [specs["table"], *specs["params"], array("q", q.shape[-1], False)]
+    in_specs += [array("k", k.shape[-1], True), array("k", v.shape[-1], True)]
+    in_specs += _row_specs(static, specs, q_whole=False)
+    out_shape = [jax.ShapeDtypeStruct((batch, heads, padded_q, v.shape[-1]), q.dtype)]
+    out_specs = [array("q", v.shape[-1], False)]
+    if residuals:
+        out_shape.append(jax.ShapeDtypeStruct((batch, heads, padded_q), jnp.float32))
+        out_specs.append(specs["stat"](False))
+    grid = (batch, heads, padded_q // static.block_q)
+    call = _pallas(static, _forward_kernel, grid, in_specs, out_specs, out_shape)
+    outs = call(run, *operands[2:])
+    return (outs[0], outs[1]) if residuals else outs[0]
+
+
+def _split(static: Static, refs: tuple, inputs: int) -> tuple:
+    """A kernel's refs after the table and the bias's scalars: its ``inputs``
+    arrays, the rows, RoPE's per-lane rows (or None), and its outputs."""
+    count = 2 * (static.positions + static.segments)
+    rope = static.rope is not None
+    rope_ref = refs[inputs + count] if rope else None
+    return (
+        refs[:inputs],
+        refs[inputs : inputs + count],
+        rope_ref,
+        refs[inputs + count + rope :],
+    )
+
+
+def _forward_kernel(static: Static, run_ref, head_ref, shared_ref, *refs):
+    (q_ref, k_ref, v_ref), row_refs, rope_ref, outs = _split(static, refs, 3)
+    h, i = pl.program_id(1), pl.program_id(2)
+    params = tiles.scalar_params(static, head_ref, shared_ref, h)
+    block_k = static.block_k
+    q_positions = row_refs[0][...] if row_refs else None
+    q = _loaded(static, q_ref, slice(None), q_positions, rope_ref, "q")
+
+    def step(j: Any, carry: tuple) -> tuple:
+        keys = pl.ds(j * block_k, block_k)
+        pairs = _pairs(static, row_refs, slice(None), keys)
+        k_positions = row_refs[1][keys] if row_refs else None
+        k = _loaded(static, k_ref, keys, k_positions, rope_ref, "k")
+        scores = tiles.logits(static, pairs, params, j, q, k)
+        row_max, total, acc = carry
+        v = v_ref[keys, :]
+        return tiles.online_update(scores, v, row_max, total, acc, static.precision)
+
+    init = (
+        jnp.full((static.block_q, 1), -jnp.inf, jnp.float32),
+        jnp.zeros((static.block_q, 1), jnp.float32),
+        jnp.zeros((static.block_q, v_ref.shape[-1]), jnp.float32),
+    )
+    num_k = k_ref.shape[0] // block_k
+    row_max, total, acc = _each_block(run_ref, i, num_k, step, init)
+    empty = total == 0.0
+    outs[0][...] = (acc / jnp.where(empty, 1.0, total)).astype(outs[0].dtype)
+    if len(outs) > 1:  # +inf for a row with no key: its p = exp(s - lse) is 0
+        outs[1][...] = jnp.where(empty, jnp.inf, row_max + jnp.log(total))[:, 0]
+
+
+def _call_dq(static: Static, operands: tuple, d_out, lse, delta) -> jax.Array:
+    """``dq [B, N, Lp, H]`` float32: per query block, the sum over key blocks."""
+    run, q, v = operands[0], operands[4], operands[6]
+    batch, heads, padded_q, head_dim = q.shape
+    specs = _specs(static, operands)
+    array, stat = specs["array"], specs["stat"]
+    in_specs = [specs["table"], *specs["params"], array("q", head_dim, False)]
+    in_specs += [array("k", head_dim, True), array("k", v.shape[-1], True)]
+    in_specs += [array("q", v.shape[-1], False), stat(False), stat(False)]
+    in_specs += _row_specs(static, specs, q_whole=False)
+    out_shape = jax.ShapeDtypeStruct(q.shape, jnp.float32)
+    grid = (batch, heads, padded_q // static.block_q)
+    call = _pallas(static, _dq_kernel, grid, in_specs, in_specs[3], out_shape)
+    return call(run, *operands[2:7], d_out, lse, delta, *operands[7:])
+
+
+def _dq_kernel(static: Static, run_ref, head_ref, shared_ref, *refs):
+    inputs, row_refs, rope_ref, (dq_ref,) = _split(static, refs, 6)
+    q_ref, k_ref, v_ref, d_out_ref, lse_ref, delta_ref = inputs
+    h, i = pl.program_id(1), pl.program_id(2)
+    params = tiles.scalar_params(static, head_ref, shared_ref, h)
+    d_out, block_k = d_out_ref[...], static.block_k
+    lse, delta = lse_ref[...][:, None], delta_ref[...][:, None]
+    q_positions = row_refs[0][...] if row_refs else None
+    q = _loaded(static, q_ref, slice(None), q_positions, rope_ref, "q")
+    scale = jnp.float32(static.scale)
+
+    def step(j: Any, d_q: Any) -> Any:
+        keys = pl.ds(j * block_k, block_k)
+        k_positions = row_refs[1][keys] if row_refs else None
+        k = _loaded(static, k_ref, keys, k_positions, rope_ref, "k")
+        pairs = _pairs(static, row_refs, slice(None), keys)
+        scores = tiles.logits(static, pairs, params, j, q, k)
+        _, d_scores = tiles.probabilities_and_grad(
+            scores, lse, delta, d_out, v_ref[keys, :], static.precision
+        )
+        grad = jax.tree.map(
+            lambda x: tiles.matmul(
+                d_scores.astype(x.dtype), x, (1, 0), static.precision
+            ),
+            k,
+        )
+        return jax.tree.map(lambda acc, g: acc + g * scale, d_q, grad)
+
+    num_k = k_ref.shape[0] // block_k
+    init = jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), q)
+    d_q = _each_block(run_ref, i, num_k, step, init)
+    _store(dq_ref, _rotated_back(static, d_q, q_positions, rope_ref, "q"))
+
+
+def _call_dkv(static: Static, operands: tuple, d_out, lse, delta) -> tuple:
+    """``dk, dv [B, N, Sp, H]`` float32 per query head, and the bias's scalars'
+    gradient ``[B, N, Kb, 1, 128]`` (head, shared): per key block, the sum over
+    query blocks."""
+    run, _, _, _, q, k, v = operands[:7]
+    batch, heads, _, head_dim = q.shape
+    padded_k, num_k = k.shape[2], k.shape[2] // static.block_k
+    specs = _specs(static, operands)
+    array, stat = specs["array"], specs["stat"]
+    table = pl.BlockSpec(
+        (None, num_k, run.shape[1]), lambda b, h, x: (flash.row(static)(b), 0, 0)
+    )
+    in_specs = [table, *specs["params"], array("q", head_dim, True)]
+    in_specs += [array("k", head_dim, False), array("k", v.shape[-1], False)]
+    in_specs += [array("q", v.shape[-1], True), stat(True), stat(True)]
+    in_specs += _row_specs(static, specs, q_whole=True)
+    per_key = lambda width: pl.BlockSpec(
+        (None, None, static.block_k, width), lambda b, h, j: (b, h, j, 0)
+    )
+    lanes = pl.BlockSpec(
+        (None, None, None, 1, tiles.LANES), lambda b, h, j: (b, h, j, 0, 0)
+    )
+    out_specs = [per_key(head_dim), per_key(v.shape[-1]), lanes, lanes]
+    out_shape = [
+        jax.ShapeDtypeStruct((batch, heads, padded_k, head_dim), jnp.float32),
+        jax.ShapeDtypeStruct((batch, heads, padded_k, v.shape[-1]), jnp.float32),
+        jax.ShapeDtypeStruct((batch, heads, num_k, 1, tiles.LANES), jnp.float32),
+        jax.ShapeDtypeStruct((batch, heads, num_k, 1, tiles.LANES), jnp.float32),
+    ]
+    grid = (batch, heads, num_k)
+    call = _pallas(static, _dkv_kernel, grid, in_specs, out_specs, out_shape)
+    run_t = jnp.swapaxes(run, 1, 2)  # [Bt, Kb, Q]
+    return call(run_t, *operands[2:7], d_out, lse, delta, *operands[7:])
+
+
+def _dkv_kernel(static: Static, run_ref, head_ref, shared_ref, *refs):
+    inputs, row_refs, rope_ref, outs = _split(static, refs, 6)
+    q_ref, k_ref, v_ref, d_out_ref, lse_ref, delta_ref = inputs
+    h, j = pl.program_id(1), pl.program_id(2)
+    params = tiles.scalar_params(static, head_ref, shared_ref, h)
+    v, block_q = v_ref[...], static.block_q
+    k_positions = row_refs[1][...] if row_refs else None
+    k = _loaded(static, k_ref, slice(None), k_positions, rope_ref, "k")
+    scale = jnp.float32(static.scale)
+
+    def step(i: Any, carry: tuple) -> tuple:
+        d_k, d_v, d_head, d_shared = carry
+        queries = pl.ds(i * block_q, block_q)
+        q_positions = row_refs[0][queries] if row_refs else None
+        q = _loaded(static, q_ref, queries, q_positions, rope_ref, "q")
+        d_out = d_out_ref[queries, :]
+        pairs = _pairs(static, row_refs, queries, slice(None))
+        scores = tiles.logits(static, pairs, params, j, q, k)
+        lse, delta = lse_ref[queries][:, None], delta_ref[queries][:, None]
+        probs, d_scores = tiles.probabilities_and_grad(
+            scores, lse, delta, d_out, v, static.precision
+        )
+        d_v += tiles.matmul(probs.astype(d_out.dtype), d_out, (0, 0), static.precision)
+        grad = jax.tree.map(
+            lambda x: tiles.matmul(
+                d_scores.astype(x.dtype), x, (0, 0), static.precision
+            ),
+            q,
+        )
+        d_k = jax.tree.map(lambda acc, g: acc + g * scale, d_k, grad)
+        if static.tile is not None:
+            head, shared = tiles.bias_grads(static, pairs[0], params, d_scores)
+            d_head, d_shared = d_head + head, d_shared + shared
+        return d_k, d_v, d_head, d_shared
+
+    lanes = jnp.zeros((1, tiles.LANES), jnp.float32)
+    zeros = lambda x: jnp.zeros(x.shape, jnp.float32)
+    init = (jax.tree.map(zeros, k), zeros(v), lanes, lanes)
+    num_q = q_ref.shape[0] // block_q
+    d_k, *rest = _each_block(run_ref, j, num_q, step, init)
+    _store(outs[0], _rotated_back(static, d_k, k_positions, rope_ref, "k"))
+    for out, value in zip(outs[1:], rest, strict=True):
+        out[...] = value
+
+
+KERNELS = flash.Kernels(_call_forward, _call_dq, _call_dkv, lambda delta: delta)
