@@ -387,7 +387,9 @@ def rope_case(rope_name, dtype, implementation, k_seq_len=None):
     allowed = (k_pos[:, None, :] <= q_pos[:, :, None])[:, None]
     want = dense_reference(*rotated, v, alibi_reference(q_pos, k_pos, HEADS), allowed)
     tol = 4e-6 if dtype == np.float32 else 2e-2
-    np.testing.assert_allclose(np.asarray(out, np.float32), xla, atol=tol)
+    np.testing.assert_allclose(
+        np.asarray(out, np.float32), np.asarray(xla, np.float32), atol=tol
+    )
     angle_tol = 1e-4 if dtype == np.float32 else 3e-2
     np.testing.assert_allclose(np.asarray(out, np.float64), want, atol=angle_tol)
     weights = np.cos(np.arange(q.size)).reshape(q.shape).astype(np.float32)
@@ -549,3 +551,96 @@ def test_compiled_kernel_on_its_device_equals_xla(bias_name):
     scale = max(float(np.abs(b).max()) for b in jax.tree.leaves(want))
     for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         np.testing.assert_allclose(a, b, atol=1e-4 * scale, err_msg=bias_name)
+
+
+def ring_case(bias_name, kv_chunks, implementation="pallas_gpu_interpret"):
+    """sharded_ring_attention on 4 host devices with a Pallas kernel per step
+    against the ``"xla"`` ring (itself checked against float64 dense attention in
+    tests/test_ring_attention.py): causal, packed segments with left padding
+    crossing the shards, grouped heads, ``kv_chunks`` chunks per block. Returns the
+    two rings as functions of ``(q, k, v, bias parameters)``."""
+    make, params = TRAINABLE[bias_name]
+    length = 128
+    mesh = jax.make_mesh((4,), ("seq",), axis_types=(jax.sharding.AxisType.Auto,))
+    positions = np.stack([np.maximum(np.arange(length) - 5, 0), np.arange(length)])
+    ids = np.stack([np.arange(length) >= 5, np.arange(length) // 40]).astype(np.int32)
+    blocks = KERNELS[implementation]
+
+    def ring(implementation):
+        def attend(q, k, v, params):
+            return fp.sharded_ring_attention(
+                q, k, v, mesh=mesh, axis_name="seq", q_positions=positions,
+                q_segment_ids=ids, bias=make(params), causal=True,
+                kv_chunks=kv_chunks, implementation=implementation, **blocks,
+            )  # fmt: skip
+
+        return attend
+
+    qkv = inputs(length, length, np.float32)
+    return qkv, params, ring(implementation), ring("xla")
+
+
+def test_ring_on_the_kernel_equals_the_xla_ring():
+    """Each ring step's tiles by the interpreted GPU kernel, the steps merged by
+    their log-sum-exp: the output equals the ``"xla"`` ring's."""
+    (q, k, v), params, kernel, xla = ring_case("alibi", 2)
+    np.testing.assert_allclose(kernel(q, k, v, params), xla(q, k, v, params), atol=4e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kv_chunks", [1, 2])
+@pytest.mark.parametrize("bias_name", ["t5", "fire"])
+def test_ring_on_the_kernel_gradient_equals_the_xla_ring(bias_name, kv_chunks):
+    """dq added up in place, dk/dv travelling with their chunk, the bias's
+    parameters summed over the devices: equal to the ``"xla"`` ring's gradients."""
+    (q, k, v), params, kernel, xla = ring_case(bias_name, kv_chunks)
+    weights = np.cos(np.arange(q.size)).reshape(q.shape).astype(np.float32)
+    grad = lambda attend: jax.grad(
+        lambda *args: jnp.sum(attend(*args) * weights), argnums=(0, 1, 2, 3)
+    )(q, k, v, params)
+    got, want = grad(kernel), grad(xla)
+    scale = max(float(np.abs(b).max()) for b in jax.tree.leaves(want))
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5 * scale, err_msg=bias_name)
+
+
+def test_ring_refuses_the_tpu_interpreter_on_several_devices():
+    """The TPU interpreter runs the devices' kernels in lockstep and the ring's
+    collectives wait on them (a deadlock, found the hard way): refused, naming the
+    interpreter that checks the ring instead."""
+    (q, k, v), params, kernel, _ = ring_case("alibi", 1, "pallas_tpu_interpret")
+    with pytest.raises(ValueError, match="pallas_gpu_interpret' checks the ring"):
+        kernel(q, k, v, params)
+
+
+@pytest.mark.parametrize(
+    "platform", ["tpu", pytest.param("cuda", marks=pytest.mark.slow)]
+)
+def test_ring_on_the_kernel_lowers_with_no_buffer_of_l_by_s(platform):
+    """sharded_ring_attention's gradient on 4 devices at ``L = 4096`` lowers with
+    the kernels in every step (the first, the loop's, the last: forward, ``dq`` and
+    ``dk dv`` each) and no array of ``L * S`` elements."""
+    implementation, call, disabled = PLATFORMS[platform]
+    length = 4096
+    mesh = jax.make_mesh((4,), ("seq",), axis_types=(jax.sharding.AxisType.Auto,))
+
+    def loss(q, k, v, table, positions):
+        out = fp.sharded_ring_attention(
+            q, k, v, mesh=mesh, axis_name="seq", q_positions=positions,
+            bias=fp.RelativeBias(table), causal=True, implementation=implementation,
+        )  # fmt: skip
+        return out.astype(jnp.float32).sum()
+
+    shapes = [(1, length, HEADS, 128)] + [(1, length, KV_HEADS, 128)] * 2
+    args = [jax.ShapeDtypeStruct(s, jnp.bfloat16) for s in shapes]
+    args += [jax.ShapeDtypeStruct(TABLE.shape, jnp.float32)]
+    args += [jax.ShapeDtypeStruct((1, length), jnp.int32)]
+    gradient = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))
+    exported = export.export(gradient, platforms=(platform,), disabled_checks=disabled)
+    module = exported(*args).mlir_module()
+    assert module.count(call) == 9
+    sizes = [
+        np.prod([int(d) for d in m.rstrip("x").split("x")])
+        for m in TENSOR.findall(module)
+    ]
+    assert max(sizes) < length * length

@@ -18,7 +18,7 @@ from typing import Any
 import jax
 
 from flax_posenc._core.eager import eager_compiled
-from flax_posenc.attention import _blockwise, _pallas_gpu, _pallas_tpu
+from flax_posenc.attention import _blockwise, _pallas_flash, _pallas_gpu, _pallas_tpu
 from flax_posenc.attention._spec import Arrays, Bias, Options, Rotation, Spec, rotate
 
 
@@ -97,8 +97,23 @@ def _run(
     implementation = options.implementation
     if implementation == "xla":
         return _blockwise.online_softmax(blocks, bias, precision)
-    settings = (blocks, bias, options.block_q, options.block_k, precision)
-    interpret = implementation.endswith("_interpret")
-    if implementation.startswith("pallas_gpu"):
-        return _pallas_gpu.attention(*settings, interpret, rotation)
-    return _pallas_tpu.attention(*settings, interpret, rotation)
+    backend = backend_of(implementation)
+    form = _pallas_flash.form_of(bias)
+    request = request_of(options, precision)
+    static, operands = backend.prepare(blocks, form, request, rotation)
+    return _pallas_flash.attention(backend.KERNELS, static, blocks, *operands)
+
+
+def backend_of(implementation: str) -> Any:
+    """The module of a Pallas implementation's kernels."""
+    return _pallas_gpu if implementation.startswith("pallas_gpu") else _pallas_tpu
+
+
+def request_of(
+    options: Options, precision: Any, float32_out: bool = False
+) -> _pallas_flash.Request:
+    """What the options ask of a Pallas kernel."""
+    interpret = options.implementation.endswith("_interpret")
+    return _pallas_flash.Request(
+        options.block_q, options.block_k, precision, interpret, float32_out
+    )

@@ -44,18 +44,32 @@ class Kernels(NamedTuple):
     dq: Callable[..., jax.Array]  # (d_out, lse, delta) -> float32 [B, N, Lp, H]
     dkv: Callable[..., tuple]  # -> dk, dv per q head; the bias's scalars' grads
     statistic: Callable[[jax.Array], jax.Array]  # [B, N, Lp] as the kernels read it
+    rows: Callable[[jax.Array], jax.Array]  # a statistic back to [B, N, Lp]
+
+
+class Request(NamedTuple):
+    """What a caller asks of a backend's ``prepare``."""
+
+    block_q: int
+    block_k: int
+    precision: Any
+    interpret: bool
+    float32_out: bool = False
+
+
+def form_of(bias: Any) -> KernelBias | None:
+    """A checked bias's kernel form (the spec checked that it has one)."""
+    return None if bias is None else bias.kernel_form()
 
 
 def static_of(
     blocks: Blocks,
     form: KernelBias | None,
-    block_q: int,
-    block_k: int,
-    precision: Any,
-    interpret: bool,
+    request: Request,
     rope: RopeStatic | None = None,
 ) -> Static:
-    """What a kernel is compiled for, at the backend's block sizes."""
+    """What a kernel is compiled for, at the backend's block sizes (``request``'s,
+    settled by the backend)."""
     rows = [blocks.q_positions, blocks.q_segment_ids]
     rows += [blocks.k_positions, blocks.k_segment_ids]
     return Static(
@@ -67,13 +81,14 @@ def static_of(
         params_per_head=1 if form is None else form.head_params.shape[1],
         shared_params=1 if form is None else form.shared_params.shape[0],
         keys=blocks.k.shape[1],
-        block_q=block_q,
-        block_k=block_k,
+        block_q=request.block_q,
+        block_k=request.block_k,
         groups=blocks.q.shape[3],
         batch_rows=any(x is not None and x.shape[0] > 1 for x in rows),
-        precision=precision,
-        interpret=interpret,
+        precision=request.precision,
+        interpret=request.interpret,
         rope=rope,
+        float32_out=request.float32_out,
     )
 
 
@@ -110,8 +125,14 @@ def attention(
     kernels: Kernels, static: Static, blocks: Blocks, *operands: jax.Array
 ) -> jax.Array:
     """The kernels' attention, ``[..., L, N, Hv]`` in q's dtype (differentiable)."""
-    _, length, kv_heads, groups, _ = blocks.q.shape
     out = cast(jax.Array, _differentiable(static, kernels, *operands))
+    return from_head_major(blocks, out)
+
+
+def from_head_major(blocks: Blocks, out: jax.Array) -> jax.Array:
+    """The kernels' ``[B, N, Lp, Hv']`` (padded) as the caller's ``[..., L, N,
+    Hv]``."""
+    _, length, kv_heads, groups, _ = blocks.q.shape
     out = out[:, :, :length, : blocks.v.shape[-1]]  # [B, N, L, Hv]
     out = jnp.moveaxis(out, 1, 2)
     return out.reshape(*blocks.batch_shape, length, kv_heads * groups, -1)
@@ -197,9 +218,42 @@ def _forward_bwd(
     for RoPE's frequency rows (functions of the config, not of a parameter)."""
     operands, out, lse = residuals
     q, k, v = operands[4:7]
-    d_out = d_out.astype(q.dtype)
     delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1)
-    delta = kernels.statistic(delta)
+    grads = gradients(static, kernels, operands, d_out, lse, kernels.statistic(delta))
+    d_q, d_k, d_v, d_head_params, d_shared_params = grads
+    float0 = lambda x: np.zeros(x.shape, jax.dtypes.float0)
+    return (
+        float0(operands[0]),
+        float0(operands[1]),
+        d_head_params,
+        d_shared_params,
+        d_q.astype(q.dtype),
+        d_k.astype(k.dtype),
+        d_v.astype(v.dtype),
+        *(
+            float0(x) if x.dtype == jnp.int32 else jnp.zeros_like(x)
+            for x in operands[7:]
+        ),
+    )
+
+
+_differentiable.defvjp(_forward_fwd, _forward_bwd)
+
+
+def gradients(
+    static: Static,
+    kernels: Kernels,
+    operands: tuple,
+    d_out: jax.Array,
+    lse: jax.Array,
+    delta: jax.Array,
+) -> tuple[jax.Array, ...]:
+    """The backward kernels' float32 ``dq [B, N, Lp, H]``, ``dk``, ``dv [B, K,
+    Sp, H]`` (summed over each k/v head's group) and the flat gradients of the
+    bias's head and shared scalars, from the rows' ``lse`` and ``delta = d_out .
+    out`` in the kernels' layout."""
+    q, k = operands[4], operands[5]
+    d_out = d_out.astype(q.dtype)
     d_q = kernels.dq(static, operands, d_out, lse, delta)
     d_k, d_v, d_head, d_shared = kernels.dkv(static, operands, d_out, lse, delta)
     batch, kv_heads = q.shape[0], k.shape[1]
@@ -209,20 +263,4 @@ def _forward_bwd(
         per_head = d_head.sum((0, 2))[:, 0, : static.params_per_head]
         d_head_params = per_head.reshape(-1)
         d_shared_params = d_shared.sum((0, 1, 2))[0, : static.shared_params]
-    float0 = lambda x: np.zeros(x.shape, jax.dtypes.float0)
-    return (
-        float0(operands[0]),
-        float0(operands[1]),
-        d_head_params,
-        d_shared_params,
-        d_q.astype(q.dtype),
-        group_sum(d_k).astype(k.dtype),
-        group_sum(d_v).astype(v.dtype),
-        *(
-            float0(x) if x.dtype == jnp.int32 else jnp.zeros_like(x)
-            for x in operands[7:]
-        ),
-    )
-
-
-_differentiable.defvjp(_forward_fwd, _forward_bwd)
+    return d_q, group_sum(d_k), group_sum(d_v), d_head_params, d_shared_params

@@ -43,31 +43,28 @@ from flax_posenc.attention import _pallas_tiles as tiles
 from flax_posenc.attention._blockwise import Blocks
 from flax_posenc.attention._pallas_tiles import Static
 from flax_posenc.attention._spec import Rotation
+from flax_posenc.bias.position_bias import KernelBias
 
 MAX_BLOCK = 64  # the largest block a kernel uses
 MIN_BLOCK = 16  # Triton's smallest matmul tile
 
 
-def attention(
+def prepare(
     blocks: Blocks,
-    bias: Any,
-    block_q: int,
-    block_k: int,
-    precision: Any,
-    interpret: bool,
+    form: KernelBias | None,
+    request: flash.Request,
     rotation: Rotation | None = None,
-) -> jax.Array:
-    """The kernel's attention of prepared blocks, ``[..., L, N, Hv]`` in q's dtype.
+) -> tuple[Static, tuple]:
+    """The kernels' static configuration and operands for prepared blocks.
 
-    ``bias`` has a ``kernel_form()`` (or is None); block sizes are powers of two of
-    at least 16 (checked with the spec), used up to 64. ``rotation``: RoPE applied
-    in the kernel (:func:`rotates_in_kernel` holds; unrotated q and k in
-    ``blocks``)."""
-    form = None if bias is None else bias.kernel_form()
-    block_q = min(block_q, MAX_BLOCK, _power_of_two(blocks.q.shape[1]))
-    block_k = min(block_k, MAX_BLOCK, _power_of_two(blocks.k.shape[1]))
+    ``request``'s block sizes are powers of two of at least 16 (checked with the
+    spec), used up to 64. ``rotation``: RoPE applied in the kernel
+    (:func:`rotates_in_kernel` holds; unrotated q and k in ``blocks``)."""
+    block_q = min(request.block_q, MAX_BLOCK, _power_of_two(blocks.q.shape[1]))
+    block_k = min(request.block_k, MAX_BLOCK, _power_of_two(blocks.k.shape[1]))
     rope = None if rotation is None else _pallas_rope.static_of(rotation.config)
-    static = flash.static_of(blocks, form, block_q, block_k, precision, interpret, rope)
+    request = request._replace(block_q=block_q, block_k=block_k)
+    static = flash.static_of(blocks, form, request, rope)
     shared, q_rows, k_rows = flash.operands(blocks, form, static)
     run, fetch, head, scalars, q, k, v = shared
     q, k, v = (flash.pad(x, _power_of_two(x.shape[-1]), axis=3) for x in (q, k, v))
@@ -75,7 +72,7 @@ def attention(
     operands = (run, fetch, head, scalars, q, k, v, *(x for x in rows if x is not None))
     if rotation is not None:
         operands += (_pallas_rope.rows_of(rotation, blocks),)
-    return flash.attention(KERNELS, static, blocks, *operands)
+    return static, operands
 
 
 def rotates_in_kernel(config: Any) -> bool:
@@ -246,7 +243,8 @@ def _call_forward(static: Static, operands: tuple, residuals: bool) -> Any:
     in_specs = [specs["table"], *specs["params"], array("q", q.shape[-1], False)]
     in_specs += [array("k", k.shape[-1], True), array("k", v.shape[-1], True)]
     in_specs += _row_specs(static, specs, q_whole=False)
-    out_shape = [jax.ShapeDtypeStruct((batch, heads, padded_q, v.shape[-1]), q.dtype)]
+    out_dtype = jnp.float32 if static.float32_out else q.dtype
+    out_shape = [jax.ShapeDtypeStruct((batch, heads, padded_q, v.shape[-1]), out_dtype)]
     out_specs = [array("q", v.shape[-1], False)]
     if residuals:
         out_shape.append(jax.ShapeDtypeStruct((batch, heads, padded_q), jnp.float32))
@@ -299,7 +297,8 @@ def _forward_kernel(static: Static, run_ref, head_ref, shared_ref, *refs):
     empty = total == 0.0
     outs[0][...] = (acc / jnp.where(empty, 1.0, total)).astype(outs[0].dtype)
     if len(outs) > 1:  # +inf for a row with no key: its p = exp(s - lse) is 0
-        outs[1][...] = jnp.where(empty, jnp.inf, row_max + jnp.log(total))[:, 0]
+        lse = jnp.where(empty, jnp.inf, row_max + jnp.log(total))
+        outs[1][...] = lse.reshape(lse.shape[0])
 
 
 def _call_dq(static: Static, operands: tuple, d_out, lse, delta) -> jax.Array:
@@ -432,4 +431,6 @@ def _dkv_kernel(static: Static, run_ref, head_ref, shared_ref, *refs):
         out[...] = value
 
 
-KERNELS = flash.Kernels(_call_forward, _call_dq, _call_dkv, lambda delta: delta)
+KERNELS = flash.Kernels(
+    _call_forward, _call_dq, _call_dkv, lambda rows: rows, lambda rows: rows
+)

@@ -3,9 +3,8 @@
 block_k]`` tile, shared by the forward kernel and the two backward kernels of both.
 
 Functions take values in fast memory (or read the kernel's scalar refs) and return
-values. The TPU kernels keep row statistics lane-broadcast ``[block_q, 128]`` (TPU
-layouts; a row's value is its first lane), the GPU kernels ``[block_q, 1]``; the
-functions read a row's value as ``x[:, :1]`` and serve both.
+values; a row statistic is ``[block_q, 1]``. The TPU kernels keep theirs
+lane-broadcast ``[block_q, 128]`` in memory (TPU layouts) and pass the first lane.
 """
 
 from __future__ import annotations
@@ -44,6 +43,7 @@ class Static(NamedTuple):
     precision: Any  # of the matmuls
     interpret: bool
     rope: RopeStatic | None = None  # RoPE of the q and k tiles, or none
+    float32_out: bool = False  # the forward's output in float32 (a ring's steps)
 
 
 class Params(NamedTuple):
@@ -179,9 +179,9 @@ def probabilities_and_grad(
     """``p = exp(s - lse)`` and the logits' gradient ``ds = p (d_out . v - D)``,
     float32 ``[block_q, block_k]``, from the rows' ``lse`` and ``D = d_out . out``
     (lane-broadcast; ``lse`` is +inf for a row with no key, so its ``p`` is 0)."""
-    probs = jnp.exp(scores - lse[:, :1])
+    probs = jnp.exp(scores - lse)
     d_probs = matmul(d_out, v, (1, 1), precision)
-    return probs, probs * (d_probs - delta[:, :1])
+    return probs, probs * (d_probs - delta)
 
 
 def bias_grads(

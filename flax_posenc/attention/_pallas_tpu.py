@@ -46,27 +46,25 @@ from flax_posenc.attention._blockwise import Blocks
 from flax_posenc.attention._pallas_rope import ROWS as ROPE_ROWS
 from flax_posenc.attention._pallas_tiles import LANES, SUBLANES, Static
 from flax_posenc.attention._spec import Rotation
+from flax_posenc.bias.position_bias import KernelBias
 
 
-def attention(
+def prepare(
     blocks: Blocks,
-    bias: Any,
-    block_q: int,
-    block_k: int,
-    precision: Any,
-    interpret: bool,
+    form: KernelBias | None,
+    request: flash.Request,
     rotation: Rotation | None = None,
-) -> jax.Array:
-    """The kernel's attention of prepared blocks, ``[..., L, N, Hv]`` in q's dtype.
+) -> tuple[Static, tuple]:
+    """The kernels' static configuration and operands for prepared blocks.
 
-    ``bias`` has a ``kernel_form()`` (or is None); ``block_q`` is a multiple of 8
-    and ``block_k`` of 128 (checked with the spec). ``rotation``: RoPE applied to
-    the q and k tiles in the kernel (unrotated q and k in ``blocks``)."""
-    form = None if bias is None else bias.kernel_form()
-    block_q = min(block_q, flash.round_up(blocks.q.shape[1], SUBLANES))
-    block_k = min(block_k, flash.round_up(blocks.k.shape[1], LANES))
+    ``request``'s ``block_q`` is a multiple of 8 and ``block_k`` of 128 (checked
+    with the spec). ``rotation``: RoPE applied to the q and k tiles in the kernel
+    (unrotated q and k in ``blocks``)."""
+    block_q = min(request.block_q, flash.round_up(blocks.q.shape[1], SUBLANES))
+    block_k = min(request.block_k, flash.round_up(blocks.k.shape[1], LANES))
     rope = None if rotation is None else _pallas_rope.static_of(rotation.config)
-    static = flash.static_of(blocks, form, block_q, block_k, precision, interpret, rope)
+    request = request._replace(block_q=block_q, block_k=block_k)
+    static = flash.static_of(blocks, form, request, rope)
     shared, q_rows, k_rows = flash.operands(blocks, form, static)
     lanes = [
         jnp.broadcast_to(x[:, :, None], (*x.shape, LANES))
@@ -85,7 +83,7 @@ def attention(
     if rotation is not None:
         k_lanes = jnp.broadcast_to(k_rows[0][:, :, None], (*k_rows[0].shape, LANES))
         tiles += [_pallas_rope.rows_of(rotation, blocks), k_lanes]
-    return flash.attention(KERNELS, static, blocks, *shared, *tiles)
+    return static, (*shared, *tiles)
 
 
 def _specs(static: Static, q: jax.Array, v: jax.Array, order: str) -> dict:
@@ -205,7 +203,8 @@ def _call_forward(static: Static, operands: tuple, residuals: bool) -> Any:
     batch, heads, padded_q, _ = q.shape
     specs = _specs(static, q, v, "qk")
     grid = (batch, heads, padded_q // static.block_q, k.shape[2] // static.block_k)
-    out_shape = [jax.ShapeDtypeStruct((batch, heads, padded_q, v.shape[-1]), q.dtype)]
+    out_dtype = jnp.float32 if static.float32_out else q.dtype
+    out_shape = [jax.ShapeDtypeStruct((batch, heads, padded_q, v.shape[-1]), out_dtype)]
     out_specs = [specs["d_out"]]
     if residuals:
         out_shape.append(
@@ -333,10 +332,10 @@ def _dq_kernel(static: Static, run_ref, fetch_ref, head_ref, shared_ref, *refs):
         k = _rotated(static, k_ref[...], _k_lanes(rope_refs), rope_refs, "k")
         pairs = tiles.position_pairs(tile_refs, (static.block_q, static.block_k))
         scores = tiles.logits(static, pairs, params, j, q, k)
+        lse, delta = lse_ref[...][:, :1], delta_ref[...][:, :1]
         _, d_scores = tiles.probabilities_and_grad(
-            scores, lse_ref[...], delta_ref[...], d_out_ref[...], v_ref[...],
-            static.precision,
-        )  # fmt: skip
+            scores, lse, delta, d_out_ref[...], v_ref[...], static.precision
+        )
         d_q = tiles.matmul(d_scores.astype(k.dtype), k, (1, 0), static.precision)
         acc_ref[...] += d_q * jnp.float32(static.scale)
 
@@ -406,8 +405,9 @@ def _dkv_kernel(static: Static, run_ref, fetch_ref, head_ref, shared_ref, *refs)
         pairs = tiles.position_pairs(tile_refs, (static.block_q, static.block_k))
         k = (k_ref if kept_k is None else kept_k)[...]
         scores = tiles.logits(static, pairs, params, j, q, k)
+        lse, delta = lse_ref[...][:, :1], delta_ref[...][:, :1]
         probs, d_scores = tiles.probabilities_and_grad(
-            scores, lse_ref[...], delta_ref[...], d_out, v_ref[...], static.precision
+            scores, lse, delta, d_out, v_ref[...], static.precision
         )
         accs[1][...] += tiles.matmul(
             probs.astype(d_out.dtype), d_out, (0, 0), static.precision
@@ -432,5 +432,6 @@ KERNELS = flash.Kernels(
     _call_forward,
     _call_dq,
     _call_dkv,
-    lambda delta: jnp.broadcast_to(delta[..., None], (*delta.shape, LANES)),
+    lambda rows: jnp.broadcast_to(rows[..., None], (*rows.shape, LANES)),
+    lambda lanes: lanes[..., 0],
 )

@@ -197,13 +197,13 @@ def _int_zeros(x: jax.Array | None) -> Any:
     return None if x is None else np.zeros(x.shape, jax.dtypes.float0)
 
 
-def _with_keys(blocks: Blocks, kv: tuple) -> Blocks:
+def with_keys(blocks: Blocks, kv: tuple) -> Blocks:
     k, v, kp, ks = kv
     block_k = min(blocks.block_k, k.shape[1])  # a chunk may be shorter than a tile
     return blocks._replace(k=k, v=v, k_positions=kp, k_segment_ids=ks, block_k=block_k)
 
 
-def _chunk(blocks: Blocks, index: jax.Array, kv_chunks: int) -> tuple:
+def chunk(blocks: Blocks, index: jax.Array, kv_chunks: int) -> tuple:
     """Chunk ``index`` of ``kv_chunks`` of the local ``(k, v, k_positions,
     k_segment_ids)`` along the keys (the whole block when ``kv_chunks`` is 1)."""
     length = blocks.k.shape[1] // kv_chunks
@@ -213,39 +213,65 @@ def _chunk(blocks: Blocks, index: jax.Array, kv_chunks: int) -> tuple:
     )
 
 
+class Ring(NamedTuple):
+    """Where the key/value chunks go round."""
+
+    axis_name: Any
+    size: int  # of the ring axis
+    kv_chunks: int
+
+
 def _forward_stats(blocks: Blocks, bias: Bias | None, static: RingStatic) -> Stats:
     """The statistics after every device's key/value block: per chunk, ``size - 1``
     permutes of each of k, v (and their positions and segment ids)."""
-    perm = ring_permutation(static.size)
 
     def step(stats: Stats, kv: tuple) -> Stats:
-        current = _with_keys(blocks, kv)
-        update = lambda s: _blockwise.accumulate_in_place(
-            current, bias, static.precision, s
+        current = with_keys(blocks, kv)
+        return when_attended(
+            current,
+            lambda s: _blockwise.accumulate_in_place(
+                current, bias, static.precision, s
+            ),
+            stats,
         )
-        allowed = may_attend(current)
-        if allowed is None:
-            return update(stats)
-        return jax.lax.cond(allowed, update, lambda s: s, stats)  # skip masked
+
+    ring = Ring(static.axis_name, static.size, static.kv_chunks)
+    return around_ring(ring, blocks, step, _blockwise.init_stats(blocks))
+
+
+def when_attended(blocks: Blocks, update: Callable, carry: Any) -> Any:
+    """``update(carry)``, skipped (a ``cond``) when no query of ``blocks`` may
+    attend any of its keys (:func:`may_attend`)."""
+    allowed = may_attend(blocks)
+    if allowed is None:
+        return update(carry)
+    return jax.lax.cond(allowed, update, lambda c: c, carry)
+
+
+def around_ring(ring: Ring, blocks: Blocks, step: Callable, init: Any) -> Any:
+    """``step(carry, kv)`` with every device's key/value chunk ``kv = (k, v,
+    k_positions, k_segment_ids)``, this device's first: per chunk, ``size - 1``
+    permutes of each, overlapping the steps."""
+    perm = ring_permutation(ring.size)
 
     def body(_, carry):
-        stats, kv = carry
-        incoming = jax.lax.ppermute(kv, static.axis_name, perm)  # overlaps the step
-        return step(stats, kv), incoming
+        state, kv = carry
+        incoming = jax.lax.ppermute(kv, ring.axis_name, perm)  # overlaps the step
+        return step(state, kv), incoming
 
-    def around(index: jax.Array, stats: Stats) -> Stats:
+    def around(index: jax.Array, state: Any) -> Any:
         # The first step reads the local chunk; the loop then carries only received
         # ones (a loop carry initialised from an input would be one more copy).
-        kv = _chunk(blocks, index, static.kv_chunks)
-        incoming = jax.lax.ppermute(kv, static.axis_name, perm)
-        stats = step(stats, kv)
-        stats, kv = jax.lax.fori_loop(0, static.size - 2, body, (stats, incoming))
-        return step(stats, kv)
+        kv = chunk(blocks, index, ring.kv_chunks)
+        incoming = jax.lax.ppermute(kv, ring.axis_name, perm)
+        state = step(state, kv)
+        state, kv = jax.lax.fori_loop(0, ring.size - 2, body, (state, incoming))
+        return step(state, kv)
 
-    return _over_chunks(static.kv_chunks, around, _blockwise.init_stats(blocks))
+    return over_chunks(ring.kv_chunks, around, init)
 
 
-def _over_chunks(kv_chunks: int, around: Callable, init: Any) -> Any:
+def over_chunks(kv_chunks: int, around: Callable, init: Any) -> Any:
     """``around(index, carry)`` for each chunk index in turn: a loop, or one call
     for one chunk (as a one-trip loop the gradient's temp memory at L = 65536 with
     multi-query k/v grew by 6 MiB, one more copy of its carry)."""
@@ -302,8 +328,9 @@ def _backward(
         jnp.zeros(blocks.v.shape, f32),
         jax.tree_util.tree_map(jnp.zeros_like, operands.bias),
     )
-    around = functools.partial(_transposed_ring, context)
-    d_q, d_k, d_v, d_bias = _over_chunks(static.kv_chunks, around, init)
+    ring = Ring(static.axis_name, static.size, static.kv_chunks)
+    grad_step = functools.partial(_grad_step, context)
+    d_q, d_k, d_v, d_bias = transposed_ring(ring, blocks, grad_step, init)
     return (
         d_q.astype(blocks.q.dtype),
         d_k.astype(blocks.k.dtype),
@@ -312,30 +339,39 @@ def _backward(
     )
 
 
-def _transposed_ring(context: _Cotangents, index: jax.Array, carry: tuple) -> tuple:
-    """One chunk's transposed ring; its ``dk``/``dv`` come home into place."""
-    f32, static = jnp.float32, context.static
-    d_q, d_k, d_v, d_bias = carry
-    kv = _chunk(context.blocks, index, static.kv_chunks)
-    perm = ring_permutation(static.size)
+def transposed_ring(
+    ring: Ring, blocks: Blocks, grad_step: Callable, init: tuple
+) -> tuple:
+    """``(d_q, d_k, d_v, d_bias)`` from ``init`` by the transposed ring: per chunk,
+    ``grad_step((d_q, (d_k, d_v), d_bias), kv)`` with every device's chunk, its
+    float32 ``dk``/``dv`` (the chunk's shapes) travelling with it and coming home
+    into place. ``d_q`` and ``d_bias`` are the step's to shape."""
+    f32 = jnp.float32
+    perm = ring_permutation(ring.size)
 
-    def body(_, carry):
-        grads, kv = carry
-        grads = _grad_step(context, grads, kv)
-        moved = jax.lax.ppermute((kv, grads[1]), static.axis_name, perm)
-        return (grads[0], moved[1], grads[2]), moved[0]
+    def around(index: jax.Array, carry: tuple) -> tuple:
+        d_q, d_k, d_v, d_bias = carry
+        kv = chunk(blocks, index, ring.kv_chunks)
 
-    travelling = (jnp.zeros(kv[0].shape, f32), jnp.zeros(kv[1].shape, f32))
-    # As the forward: the first step reads the local chunk, the loop carries
-    # received chunks only.
-    grads = body(0, ((d_q, travelling, d_bias), kv))
-    grads, kv = jax.lax.fori_loop(1, static.size - 1, body, grads)
-    d_q, travelling, d_bias = _grad_step(context, grads, kv)
-    g_k, g_v = jax.lax.ppermute(travelling, static.axis_name, perm)  # the last step
-    start = index * kv[0].shape[1]
-    d_k = jax.lax.dynamic_update_slice_in_dim(d_k, g_k, start, axis=1)
-    d_v = jax.lax.dynamic_update_slice_in_dim(d_v, g_v, start, axis=1)
-    return d_q, d_k, d_v, d_bias
+        def body(_, carry):
+            grads, kv = carry
+            grads = grad_step(grads, kv)
+            moved = jax.lax.ppermute((kv, grads[1]), ring.axis_name, perm)
+            return (grads[0], moved[1], grads[2]), moved[0]
+
+        travelling = (jnp.zeros(kv[0].shape, f32), jnp.zeros(kv[1].shape, f32))
+        # As the forward: the first step reads the local chunk, the loop carries
+        # received chunks only.
+        grads = body(0, ((d_q, travelling, d_bias), kv))
+        grads, kv = jax.lax.fori_loop(1, ring.size - 1, body, grads)
+        d_q, travelling, d_bias = grad_step(grads, kv)
+        g_k, g_v = jax.lax.ppermute(travelling, ring.axis_name, perm)  # the last step
+        start = index * kv[0].shape[1]
+        d_k = jax.lax.dynamic_update_slice_in_dim(d_k, g_k, start, axis=1)
+        d_v = jax.lax.dynamic_update_slice_in_dim(d_v, g_v, start, axis=1)
+        return d_q, d_k, d_v, d_bias
+
+    return over_chunks(ring.kv_chunks, around, init)
 
 
 def _grad_step(context: _Cotangents, carry: tuple, kv: tuple) -> tuple:
@@ -346,12 +382,7 @@ def _grad_step(context: _Cotangents, carry: tuple, kv: tuple) -> tuple:
     run = lambda c: jax.lax.fori_loop(
         0, num_blocks, functools.partial(_q_block_grads, context, kv), c
     )
-    state = (d_q, d_k, d_v, d_bias)
-    allowed = may_attend(_with_keys(context.blocks, kv))
-    if allowed is None:
-        state = run(state)
-    else:
-        state = jax.lax.cond(allowed, run, lambda c: c, state)
+    state = when_attended(with_keys(context.blocks, kv), run, (d_q, d_k, d_v, d_bias))
     return state[0], (state[1], state[2]), state[3]
 
 
@@ -372,7 +403,7 @@ def _q_block_grads(
     k_positions, k_segment_ids = kv[2], kv[3]
 
     def sums(q_block, k, v, bias_arrays):
-        current = _with_keys(blocks, (k, v, k_positions, k_segment_ids))
+        current = with_keys(blocks, (k, v, k_positions, k_segment_ids))
         bias = _blockwise.join_bias(bias_arrays, static.bias)
         stats = _blockwise.accumulate_block(
             current, bias, static.precision, start, q_block, start_stats

@@ -52,10 +52,11 @@ from jax.sharding import PartitionSpec as P
 
 from flax_posenc._core.eager import eager_compiled
 from flax_posenc._core.validation import check_positive_int
-from flax_posenc.attention import _blockwise, _ring
+from flax_posenc.attention import _blockwise, _dispatch, _ring, _ring_pallas
 from flax_posenc.attention._flax_signature import flax_signature
 from flax_posenc.attention._spec import (
     Arrays,
+    AttentionImplementation,
     Spec,
     check_call,
     check_settings,
@@ -101,6 +102,7 @@ def ring_attention(
     block_k: int = 512,
     kv_chunks: int | None = None,
     precision: Any = None,
+    implementation: AttentionImplementation = "xla",
 ) -> jax.Array:
     """Ring attention inside ``jax.shard_map``: this device's queries against every
     device's keys.
@@ -145,6 +147,10 @@ def ring_attention(
         ``[..., L, N, Hv]``, or at most ``block_k`` keys (e.g. 4 with ``N = 8``,
         ``K = 2`` in float32, 2 with ``K = 1``, on long sequences).
       precision: ``jax.lax.Precision`` of the matmuls.
+      implementation: each ring step's kernel, as in
+        :func:`flax_posenc.blockwise_attention` (``"xla"``, ``"pallas_tpu"``,
+        ``"pallas_gpu"`` or their ``"_interpret"`` forms); RoPE is applied before
+        the ring.
 
     Returns:
       ``[..., L, N, Hv]`` in q's dtype, this device's rows.
@@ -185,6 +191,7 @@ def ring_attention(
         scale=scale,
         block_q=block_q,
         block_k=block_k,
+        implementation=implementation,
     )
     kv_chunks = _check_kv_chunks(kv_chunks)
     spec = _global_seq_len(spec, axis_name)
@@ -282,7 +289,21 @@ def _local_ring(
             f"{keys}. Hint: a divisor of {keys}, e.g. kv_chunks={nearest}, or "
             "None to choose from the shapes."
         )
-    return _ring.attention(blocks, spec.bias, axis_name, precision, kv_chunks)
+    implementation = spec.options.implementation
+    if implementation == "xla":
+        return _ring.attention(blocks, spec.bias, axis_name, precision, kv_chunks)
+    ring = _ring.Ring(axis_name, _ring.axis_size(axis_name), kv_chunks)
+    if implementation == "pallas_tpu_interpret" and ring.size > 1:
+        raise ValueError(
+            "`implementation` 'pallas_tpu_interpret' cannot run on a ring of "
+            f"{ring.size} devices: the TPU interpreter runs the devices' kernels in "
+            "lockstep, and the ring's collectives wait on them. Hint: "
+            "'pallas_gpu_interpret' checks the ring with a kernel on CPU (the same "
+            "ring code), 'pallas_tpu' runs it on TPUs."
+        )
+    backend = _dispatch.backend_of(implementation)
+    request = _dispatch.request_of(spec.options, precision)
+    return _ring_pallas.attention(blocks, spec.bias, ring, backend, request)
 
 
 def sharded_ring_attention(
@@ -306,6 +327,7 @@ def sharded_ring_attention(
     block_k: int = 512,
     kv_chunks: int | None = None,
     precision: Any = None,
+    implementation: AttentionImplementation = "xla",
 ) -> jax.Array:
     """Ring attention of global arrays, the sequence split over ``mesh``'s
     ``axis_name``.
@@ -342,6 +364,10 @@ def sharded_ring_attention(
         or None (the default) to choose them from the shapes; see
         :func:`ring_attention`.
       precision: ``jax.lax.Precision`` of the matmuls.
+      implementation: each ring step's kernel, as in
+        :func:`flax_posenc.blockwise_attention` (``"xla"``, ``"pallas_tpu"``,
+        ``"pallas_gpu"`` or their ``"_interpret"`` forms); RoPE is applied before
+        the ring.
 
     Returns:
       ``[B, L, N, Hv]`` in q's dtype, sharded like q.
@@ -380,6 +406,7 @@ def sharded_ring_attention(
         scale=scale,
         block_q=block_q,
         block_k=block_k,
+        implementation=implementation,
     )
     mesh_call = _MeshCall(mesh, axis_name, batch_axis, _check_kv_chunks(kv_chunks))
     _check_mesh_shapes(q, k, spec, mesh_call)
@@ -561,6 +588,7 @@ def ring_attention_fn(
     block_q: int = 512,
     block_k: int = 512,
     kv_chunks: int | None = None,
+    implementation: AttentionImplementation = "xla",
 ) -> Callable[..., jax.Array]:
     """A Flax ``attention_fn`` that runs ring attention with the sequence sharded.
 
@@ -588,6 +616,10 @@ def ring_attention_fn(
       block_k: keys per tile.
       kv_chunks: chunks per key/value block on the ring, or None (the default)
         to choose them from the shapes; see :func:`ring_attention`.
+      implementation: each ring step's kernel, as in
+        :func:`flax_posenc.blockwise_attention` (``"xla"``, ``"pallas_tpu"``,
+        ``"pallas_gpu"`` or their ``"_interpret"`` forms); RoPE is applied before
+        the ring.
 
     Returns:
       A function with the keywords of Flax's ``dot_product_attention``.
@@ -628,6 +660,7 @@ def ring_attention_fn(
         scale=scale,
         block_q=block_q,
         block_k=block_k,
+        implementation=implementation,
     )
     mesh_call = _MeshCall(mesh, axis_name, batch_axis, _check_kv_chunks(kv_chunks))
 

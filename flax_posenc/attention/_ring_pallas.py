@@ -1,0 +1,236 @@
+"""Ring attention on a Pallas kernel (``implementation="pallas_*"``).
+
+The ring of :mod:`flax_posenc.attention._ring` (the same chunks, permutes and
+skipped steps), with each step's tiles attended by the backend's flash kernels
+(:mod:`flax_posenc.attention._pallas_tpu`, :mod:`flax_posenc.attention._pallas_gpu`)
+instead of the ``jnp`` online softmax.
+
+Forward: for each key/value chunk that arrives, the forward kernel gives the local
+queries' normalised float32 output ``o_j`` and row log-sum-exp ``lse_j`` against it;
+the running pair is merged with it::
+
+    lse' = logaddexp(lse, lse_j)     o' = o exp(lse - lse') + o_j exp(lse_j - lse')
+
+(a row with no key so far has ``lse = -inf`` and ``o = 0``). Backward (a
+``custom_vjp``): flash attention's backward of a chunk needs only the final ``lse``
+and ``D = d_out . out`` of the rows, so the transposed ring runs the ``dq`` and ``dk
+dv`` kernels on each chunk, ``dq`` adding up in place and ``dk``/``dv`` travelling
+with their chunk; the bias's scalars' gradient adds up on each device and reaches
+the bias's arrays through ``kernel_form()`` outside. RoPE is applied before the
+ring.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flax_posenc.attention import _pallas_flash as flash
+from flax_posenc.attention import _ring
+from flax_posenc.attention._blockwise import Bias, Blocks
+from flax_posenc.bias.position_bias import KernelBias
+
+
+class RingStatic(NamedTuple):
+    """What of a ring call is not an array (``custom_vjp``'s static argument)."""
+
+    blocks: Blocks  # the static fields; its arrays are None (they are Operands)
+    tile: Callable[..., jax.Array] | None  # KernelBias.tile, or no bias
+    ring: _ring.Ring
+    backend: Any  # the kernels' module
+    request: flash.Request
+
+
+class Operands(NamedTuple):
+    """The arrays of a ring call; the integer ones get float0 cotangents."""
+
+    q: jax.Array
+    k: jax.Array
+    v: jax.Array
+    q_positions: jax.Array | None
+    k_positions: jax.Array | None
+    q_segment_ids: jax.Array | None
+    k_segment_ids: jax.Array | None
+    head_params: jax.Array  # the bias's scalars (KernelBias), float32
+    shared_params: jax.Array
+
+
+_ARRAYS = Operands._fields[:7]  # the fields that are Blocks' arrays too
+
+
+def attention(
+    blocks: Blocks,
+    bias: Bias | None,
+    ring: _ring.Ring,
+    backend: Any,
+    request: flash.Request,
+) -> jax.Array:
+    """Ring attention of prepared local blocks on the backend's kernels, ``[...,
+    L, N, Hv]`` in q's dtype."""
+    form = flash.form_of(bias)
+    if ring.size == 1:
+        static, operands = backend.prepare(blocks, form, request)
+        return flash.attention(backend.KERNELS, static, blocks, *operands)
+    none = jnp.zeros((1,), jnp.float32)
+    operands = Operands(
+        blocks.q,
+        blocks.k,
+        blocks.v,
+        blocks.q_positions,
+        blocks.k_positions,
+        blocks.q_segment_ids,
+        blocks.k_segment_ids,
+        none if form is None else form.head_params,
+        none if form is None else form.shared_params,
+    )
+    template = blocks._replace(**{name: None for name in _ARRAYS})
+    tile = None if form is None else form.tile
+    static = RingStatic(
+        template, tile, ring, backend, request._replace(float32_out=True)
+    )
+    return _differentiable(static, operands)
+
+
+def _local(static: RingStatic, operands: Operands) -> Blocks:
+    return static.blocks._replace(**{name: getattr(operands, name) for name in _ARRAYS})
+
+
+def _kernel_step(static: RingStatic, operands: Operands, kv: tuple) -> tuple:
+    """The kernels' static configuration and operands against the chunk ``kv``."""
+    blocks = _ring.with_keys(_local(static, operands), kv)
+    form = None
+    if static.tile is not None:
+        form = KernelBias(operands.head_params, operands.shared_params, static.tile)
+    return static.backend.prepare(blocks, form, static.request)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _differentiable(static: RingStatic, operands: Operands) -> jax.Array:
+    return _forward(static, operands)[0]
+
+
+def _forward(static: RingStatic, operands: Operands) -> tuple[jax.Array, tuple]:
+    """The output and the residuals: the operands, the kernels' float32 output
+    ``[B, N, Lp, Hv']`` and the rows' log-sum-exp ``[B, N, Lp]`` (-inf: no key)."""
+    blocks, kernels = _local(static, operands), static.backend.KERNELS
+
+    def step(carry: tuple, kv: tuple) -> tuple:
+        def update(carry: tuple) -> tuple:
+            out, lse = carry
+            kernel_static, kernel_operands = _kernel_step(static, operands, kv)
+            out_j, lse_j = kernels.forward(kernel_static, kernel_operands, True)
+            lse_j = kernels.rows(lse_j)
+            lse_j = jnp.where(lse_j == jnp.inf, -jnp.inf, lse_j)  # +inf: no key
+            merged = jnp.logaddexp(lse, lse_j)
+            shift = jnp.where(merged == -jnp.inf, 0.0, merged)
+            weight = lambda x: jnp.exp(x - shift)[..., None]
+            return out * weight(lse) + out_j * weight(lse_j), merged
+
+        return _ring.when_attended(_ring.with_keys(blocks, kv), update, carry)
+
+    # the shapes of one step's output and log-sum-exp start the carry
+    kv = _ring.chunk(blocks, jnp.int32(0), static.ring.kv_chunks)
+    shapes = jax.eval_shape(
+        lambda: kernels.forward(*_kernel_step(static, operands, kv), True)
+    )
+    out_shape, lse_shape = shapes[0].shape, shapes[0].shape[:-1]
+    init = (jnp.zeros(out_shape, jnp.float32), jnp.full(lse_shape, -jnp.inf))
+    out, lse = _ring.around_ring(static.ring, blocks, step, init)
+    return flash.from_head_major(blocks, out.astype(blocks.q.dtype)), (
+        operands,
+        out,
+        lse,
+    )
+
+
+def _backward(static: RingStatic, residuals: tuple, d_out: jax.Array) -> tuple:
+    operands, out, lse = residuals
+    blocks, kernels = _local(static, operands), static.backend.KERNELS
+    d_rows = _to_head_major(blocks, d_out, out.shape)
+    delta = jnp.sum(d_rows.astype(jnp.float32) * out, axis=-1)
+    lse = jnp.where(lse == -jnp.inf, jnp.inf, lse)  # the kernels' "no key"
+    rows = (d_rows, kernels.statistic(lse), kernels.statistic(delta))
+
+    def grad_step(carry: tuple, kv: tuple) -> tuple:
+        def run(carry: tuple) -> tuple:
+            d_q, (d_k, d_v), (d_head, d_shared) = carry
+            kernel_static, kernel_operands = _kernel_step(static, operands, kv)
+            grads = flash.gradients(kernel_static, kernels, kernel_operands, *rows)
+            g_q, g_k, g_v, g_head, g_shared = grads
+            return (
+                d_q + g_q,
+                (
+                    d_k + _keys_layout(g_k, d_k.shape),
+                    d_v + _keys_layout(g_v, d_v.shape),
+                ),
+                (d_head + g_head.reshape(d_head.shape), d_shared + g_shared),
+            )
+
+        return _ring.when_attended(_ring.with_keys(blocks, kv), run, carry)
+
+    kv = _ring.chunk(blocks, jnp.int32(0), static.ring.kv_chunks)
+    q_shape = jax.eval_shape(lambda: _kernel_step(static, operands, kv)[1][4]).shape
+    d_q = jnp.zeros(q_shape, jnp.float32)
+    params = (
+        jnp.zeros_like(operands.head_params),
+        jnp.zeros_like(operands.shared_params),
+    )
+    init = (
+        d_q,
+        jnp.zeros(blocks.k.shape, jnp.float32),
+        jnp.zeros(blocks.v.shape, jnp.float32),
+        params,
+    )
+    d_q, d_k, d_v, (d_head, d_shared) = _ring.transposed_ring(
+        static.ring, blocks, grad_step, init
+    )
+    d_q = _q_layout(blocks, d_q)
+    return (
+        Operands(
+            d_q.astype(operands.q.dtype),
+            d_k.astype(operands.k.dtype),
+            d_v.astype(operands.v.dtype),
+            _float0(operands.q_positions),
+            _float0(operands.k_positions),
+            _float0(operands.q_segment_ids),
+            _float0(operands.k_segment_ids),
+            d_head,
+            d_shared,
+        ),
+    )
+
+
+_differentiable.defvjp(_forward, _backward)
+
+
+def _float0(x: jax.Array | None) -> Any:
+    """The cotangent of an integer operand."""
+    return None if x is None else np.zeros(x.shape, jax.dtypes.float0)
+
+
+def _to_head_major(blocks: Blocks, d_out: jax.Array, shape: tuple) -> jax.Array:
+    """``d_out [..., L, N, Hv]`` as the kernels' ``[B, N, Lp, Hv']``, zero-padded,
+    in q's dtype."""
+    batch, length, kv_heads, groups, _ = blocks.q.shape
+    rows = d_out.reshape(batch, length, kv_heads * groups, -1)
+    rows = jnp.moveaxis(rows, 1, 2).astype(blocks.q.dtype)
+    rows = flash.pad(rows, shape[2], axis=2)
+    return flash.pad(rows, shape[3], axis=3)
+
+
+def _q_layout(blocks: Blocks, d_q: jax.Array) -> jax.Array:
+    """The kernels' float32 ``dq [B, N, Lp, H']`` as ``blocks.q``'s ``[B, L, K, G,
+    H]``."""
+    batch, length, kv_heads, groups, head_dim = blocks.q.shape
+    d_q = jnp.moveaxis(d_q[:, :, :length, :head_dim], 1, 2)
+    return d_q.reshape(batch, length, kv_heads, groups, head_dim)
+
+
+def _keys_layout(d_kv: jax.Array, shape: tuple) -> jax.Array:
+    """The kernels' float32 ``[B, K, Sp, H']`` as a chunk's ``[B, S, K, H]``."""
+    return jnp.moveaxis(d_kv[:, :, : shape[1], : shape[3]], 1, 2)
