@@ -19,12 +19,14 @@ shared ``custom_vjp``: a ``dq`` kernel over ``(B, N, Q)`` and a ``dk dv`` kernel
 over ``(B, N, Kb)`` walking the query blocks, which also sums the bias's scalars'
 gradient through the bias's own VJP per tile.
 
-RoPE of the ``"half"`` layout (:func:`rotates_in_kernel`): q and k blocks are loaded
-as feature segments, the two halves of the rotated ``R`` and the unrotated rest
-(Triton has no lane shuffle), the halves rotated in registers (``(a c - b s, b c +
-a s)`` in float32, rounded once to the input's dtype), and the logits are the sum of
-the segments' dot products; ``dq`` and ``dk`` are carried back by the inverse
-rotation. Other RoPE is applied to q and k before the kernel.
+RoPE (:func:`rotates_in_kernel`): q and k blocks are loaded as feature segments,
+each rotated pair's first features, their second (the two halves of ``R``, or the
+even and odd features by strided loads) and the unrotated rest (Triton has no lane
+shuffle); the pairs are rotated in registers (``(a c - b s, b c + a s)`` in float32,
+rounded once to the input's dtype), and the logits are the sum of the segments' dot
+products (a permutation of the features changes no dot product); ``dq`` and ``dk``
+are carried back by the inverse rotation and stored in place. RoPE whose segments
+Triton cannot load is applied to q and k before the kernel.
 """
 
 from __future__ import annotations
@@ -76,15 +78,26 @@ def prepare(
 
 
 def rotates_in_kernel(config: Any) -> bool:
-    """Whether the kernel rotates q and k by ``config`` itself: the ``"half"``
-    layout, with its feature segments (the two halves of the rotated ``R``, the
-    rest of the padded head) blocks that Triton loads (powers of two, at least
-    16). Otherwise q and k are rotated before the kernel."""
+    """Whether the kernel rotates q and k by ``config`` itself: when its feature
+    segments (each pair's first features, their second, the rest of the padded
+    head) are blocks that Triton loads (powers of two, at least 16). Otherwise q
+    and k are rotated before the kernel."""
     half = config.rotated_features // 2
     rest = _power_of_two(config.head_dim) - config.rotated_features
-    return (
-        config.layout == "half" and _loadable(half) and (rest == 0 or _loadable(rest))
-    )
+    return _loadable(half) and (rest == 0 or _loadable(rest))
+
+
+def _segments(static: Static, width: int) -> tuple[Any, ...]:
+    """The feature slices of the pairs' first features, their second, and the
+    rest (if any) of a padded head of ``width``: ``(i, i + R/2)`` for ``"half"``,
+    ``(2i, 2i + 1)`` (strided) for ``"interleaved"``."""
+    assert static.rope is not None
+    half, rotated = static.rope.rotated // 2, static.rope.rotated
+    if static.rope.layout == "half":
+        pairs = (pl.ds(0, half), pl.ds(half, half))
+    else:
+        pairs = (pl.ds(0, half, stride=2), pl.ds(1, half, stride=2))
+    return pairs + ((pl.ds(rotated, width - rotated),) if width > rotated else ())
 
 
 def _loadable(n: int) -> bool:
@@ -99,33 +112,28 @@ def _power_of_two(n: int) -> int:
 def _loaded(
     static: Static, ref: Any, rows: Any, positions: Any, rope_ref: Any, side: str
 ) -> tiles.Features:
-    """Block ``rows`` of q or k (``side``): the array, or with RoPE its rotated
-    halves and its unrotated rest (a tuple of feature segments, each rounded once to
-    the input's dtype, as the ``"xla"`` path rounds the rotated q and k)."""
+    """Block ``rows`` of q or k (``side``): the array, or with RoPE its feature
+    segments (:func:`_segments`), the pairs rotated (each rounded once to the
+    input's dtype, as the ``"xla"`` path rounds the rotated q and k)."""
     if static.rope is None:
         return ref[rows, :]
-    half, rotated = static.rope.rotated // 2, static.rope.rotated
-    a, b = ref[rows, pl.ds(0, half)], ref[rows, pl.ds(half, half)]
+    a, b, *rest = (ref[rows, part] for part in _segments(static, ref.shape[-1]))
     cos, sin = _cos_sin(static, positions, rope_ref, side)
     a32, b32 = a.astype(jnp.float32), b.astype(jnp.float32)
-    out = (
-        (a32 * cos - b32 * sin).astype(a.dtype),
-        (b32 * cos + a32 * sin).astype(a.dtype),
-    )
-    width = ref.shape[-1] - rotated
-    return out + ((ref[rows, pl.ds(rotated, width)],) if width else ())
+    rotated = (a32 * cos - b32 * sin, b32 * cos + a32 * sin)
+    return (*(x.astype(a.dtype) for x in rotated), *rest)
 
 
 def _cos_sin(static: Static, positions: Any, rope_ref: Any, side: str) -> tuple:
     """float32 ``a cos(p f)`` and ``a sin(p f)``, ``[rows, R/2]``, from the
-    positions ``[rows]`` and the per-lane rows of :mod:`flax_posenc.attention._pallas_rope`
-    (whose first ``R/2`` lanes hold the half layout's frequencies)."""
-    assert static.rope is not None
-    half = static.rope.rotated // 2
+    positions ``[rows]`` and the per-lane rows of
+    :mod:`flax_posenc.attention._pallas_rope` (read at the pairs' first
+    features)."""
+    firsts = _segments(static, rope_ref.shape[-1])[0]
     freq_row = _pallas_rope.Q_FREQ if side == "q" else _pallas_rope.K_FREQ
-    freq = rope_ref[freq_row, pl.ds(0, half)]
-    scaling = rope_ref[freq_row + 1, pl.ds(0, half)][None, :]
-    angles = positions[:, None].astype(jnp.float32) * freq[None, :]
+    freq = rope_ref[pl.ds(freq_row, 1), firsts]  # [1, R/2]
+    scaling = rope_ref[pl.ds(freq_row + 1, 1), firsts]
+    angles = positions[:, None].astype(jnp.float32) * freq
     return jnp.cos(angles) * scaling, jnp.sin(angles) * scaling
 
 
@@ -138,15 +146,14 @@ def _rotated_back(static: Static, grads: Any, positions: Any, rope_ref: Any, sid
     return (a * cos + b * sin, b * cos - a * sin, *rest)
 
 
-def _store(ref: Any, value: Any) -> None:
-    """An array, or feature segments side by side, into ``ref``."""
+def _store(static: Static, ref: Any, value: Any) -> None:
+    """An array, or feature segments (:func:`_segments`) in their places, into
+    ``ref``."""
     if not isinstance(value, tuple):
         ref[...] = value
         return
-    offset = 0
-    for segment in value:
-        ref[:, pl.ds(offset, segment.shape[-1])] = segment
-        offset += segment.shape[-1]
+    for part, segment in zip(_segments(static, ref.shape[-1]), value, strict=True):
+        ref[:, part] = segment
 
 
 def _pallas(static: Static, kernel, grid, in_specs, out_specs, out_shape):
@@ -348,7 +355,7 @@ def _dq_kernel(static: Static, run_ref, head_ref, shared_ref, *refs):
     num_k = k_ref.shape[0] // block_k
     init = jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), q)
     d_q = _each_block(run_ref, i, num_k, step, init)
-    _store(dq_ref, _rotated_back(static, d_q, q_positions, rope_ref, "q"))
+    _store(static, dq_ref, _rotated_back(static, d_q, q_positions, rope_ref, "q"))
 
 
 def _call_dkv(static: Static, operands: tuple, d_out, lse, delta) -> tuple:
@@ -426,7 +433,7 @@ def _dkv_kernel(static: Static, run_ref, head_ref, shared_ref, *refs):
     init = (jax.tree.map(zeros, k), zeros(v), lanes, lanes)
     num_q = q_ref.shape[0] // block_q
     d_k, *rest = _each_block(run_ref, j, num_q, step, init)
-    _store(outs[0], _rotated_back(static, d_k, k_positions, rope_ref, "k"))
+    _store(static, outs[0], _rotated_back(static, d_k, k_positions, rope_ref, "k"))
     for out, value in zip(outs[1:], rest, strict=True):
         out[...] = value
 
