@@ -127,6 +127,14 @@ def attention(
     if size == 1:
         return _blockwise.online_softmax(blocks, bias, precision)
     bias_arrays, bias_static = _blockwise.split_bias(bias)
+    operands, template = split_blocks(blocks, bias_arrays)
+    static = RingStatic(template, bias_static, axis_name, size, precision, kv_chunks)
+    return _ring(static, operands)
+
+
+def split_blocks(blocks: Blocks, bias: list) -> tuple[Operands, Blocks]:
+    """A ring call's arrays (the blocks' and ``bias``) and the blocks' static
+    fields (its arrays None); :func:`join_blocks` puts them back together."""
     operands = Operands(
         blocks.q,
         blocks.k,
@@ -135,18 +143,21 @@ def attention(
         blocks.k_positions,
         blocks.q_segment_ids,
         blocks.k_segment_ids,
-        bias_arrays,
+        bias,
     )
-    template = blocks._replace(**{name: None for name in Operands._fields[:-1]})
-    static = RingStatic(template, bias_static, axis_name, size, precision, kv_chunks)
-    return _ring(static, operands)
+    return operands, blocks._replace(**{name: None for name in Operands._fields[:-1]})
+
+
+def join_blocks(template: Blocks, operands: Operands) -> Blocks:
+    """The local blocks of :func:`split_blocks`' parts."""
+    fields = Operands._fields[:-1]
+    return template._replace(**{name: getattr(operands, name) for name in fields})
 
 
 def _unpack(static: RingStatic, operands: Operands) -> tuple[Blocks, Any]:
     """The local blocks and the bias of a ring call."""
-    arrays = {name: getattr(operands, name) for name in Operands._fields[:-1]}
     bias = _blockwise.join_bias(operands.bias, static.bias)
-    return static.blocks._replace(**arrays), bias
+    return join_blocks(static.blocks, operands), bias
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -180,10 +191,10 @@ def _ring_backward(
             d_q,
             d_k,
             d_v,
-            _int_zeros(operands.q_positions),
-            _int_zeros(operands.k_positions),
-            _int_zeros(operands.q_segment_ids),
-            _int_zeros(operands.k_segment_ids),
+            int_zeros(operands.q_positions),
+            int_zeros(operands.k_positions),
+            int_zeros(operands.q_segment_ids),
+            int_zeros(operands.k_segment_ids),
             d_bias,
         ),
     )
@@ -192,7 +203,7 @@ def _ring_backward(
 _ring.defvjp(_ring_forward, _ring_backward)
 
 
-def _int_zeros(x: jax.Array | None) -> Any:
+def int_zeros(x: jax.Array | None) -> Any:
     """The (float0) cotangent of an integer operand."""
     return None if x is None else np.zeros(x.shape, jax.dtypes.float0)
 

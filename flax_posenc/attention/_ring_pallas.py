@@ -28,7 +28,6 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from flax_posenc.attention import _pallas_flash as flash
 from flax_posenc.attention import _ring
@@ -46,21 +45,9 @@ class RingStatic(NamedTuple):
     request: flash.Request
 
 
-class Operands(NamedTuple):
-    """The arrays of a ring call; the integer ones get float0 cotangents."""
-
-    q: jax.Array
-    k: jax.Array
-    v: jax.Array
-    q_positions: jax.Array | None
-    k_positions: jax.Array | None
-    q_segment_ids: jax.Array | None
-    k_segment_ids: jax.Array | None
-    head_params: jax.Array  # the bias's scalars (KernelBias), float32
-    shared_params: jax.Array
-
-
-_ARRAYS = Operands._fields[:7]  # the fields that are Blocks' arrays too
+# The arrays of a ring call are the "xla" ring's, with the bias's kernel scalars
+# (KernelBias' head and shared parameters, float32) as its bias.
+Operands = _ring.Operands
 
 
 def attention(
@@ -77,18 +64,8 @@ def attention(
         static, operands = backend.prepare(blocks, form, request)
         return flash.attention(backend.KERNELS, static, blocks, *operands)
     none = jnp.zeros((1,), jnp.float32)
-    operands = Operands(
-        blocks.q,
-        blocks.k,
-        blocks.v,
-        blocks.q_positions,
-        blocks.k_positions,
-        blocks.q_segment_ids,
-        blocks.k_segment_ids,
-        none if form is None else form.head_params,
-        none if form is None else form.shared_params,
-    )
-    template = blocks._replace(**{name: None for name in _ARRAYS})
+    scalars = [none, none] if form is None else [form.head_params, form.shared_params]
+    operands, template = _ring.split_blocks(blocks, scalars)
     tile = None if form is None else form.tile
     static = RingStatic(
         template, tile, ring, backend, request._replace(float32_out=True)
@@ -97,7 +74,7 @@ def attention(
 
 
 def _local(static: RingStatic, operands: Operands) -> Blocks:
-    return static.blocks._replace(**{name: getattr(operands, name) for name in _ARRAYS})
+    return _ring.join_blocks(static.blocks, operands)
 
 
 def _kernel_step(static: RingStatic, operands: Operands, kv: tuple) -> tuple:
@@ -105,7 +82,7 @@ def _kernel_step(static: RingStatic, operands: Operands, kv: tuple) -> tuple:
     blocks = _ring.with_keys(_local(static, operands), kv)
     form = None
     if static.tile is not None:
-        form = KernelBias(operands.head_params, operands.shared_params, static.tile)
+        form = KernelBias(operands.bias[0], operands.bias[1], static.tile)
     return static.backend.prepare(blocks, form, static.request)
 
 
@@ -176,10 +153,7 @@ def _backward(static: RingStatic, residuals: tuple, d_out: jax.Array) -> tuple:
     kv = _ring.chunk(blocks, jnp.int32(0), static.ring.kv_chunks)
     q_shape = jax.eval_shape(lambda: _kernel_step(static, operands, kv)[1][4]).shape
     d_q = jnp.zeros(q_shape, jnp.float32)
-    params = (
-        jnp.zeros_like(operands.head_params),
-        jnp.zeros_like(operands.shared_params),
-    )
+    params = tuple(jnp.zeros_like(x) for x in operands.bias)
     init = (
         d_q,
         jnp.zeros(blocks.k.shape, jnp.float32),
@@ -195,22 +169,16 @@ def _backward(static: RingStatic, residuals: tuple, d_out: jax.Array) -> tuple:
             d_q.astype(operands.q.dtype),
             d_k.astype(operands.k.dtype),
             d_v.astype(operands.v.dtype),
-            _float0(operands.q_positions),
-            _float0(operands.k_positions),
-            _float0(operands.q_segment_ids),
-            _float0(operands.k_segment_ids),
-            d_head,
-            d_shared,
+            _ring.int_zeros(operands.q_positions),
+            _ring.int_zeros(operands.k_positions),
+            _ring.int_zeros(operands.q_segment_ids),
+            _ring.int_zeros(operands.k_segment_ids),
+            [d_head, d_shared],
         ),
     )
 
 
 _differentiable.defvjp(_forward, _backward)
-
-
-def _float0(x: jax.Array | None) -> Any:
-    """The cotangent of an integer operand."""
-    return None if x is None else np.zeros(x.shape, jax.dtypes.float0)
 
 
 def _to_head_major(blocks: Blocks, d_out: jax.Array, shape: tuple) -> jax.Array:
