@@ -59,12 +59,11 @@ def biases(heads: int) -> dict:
 def cases(kernel: str, heads: int, length: int, on_gpu: bool) -> dict:
     """name: a function of (q, k, v) to time."""
     positions = jnp.arange(length)
-    blocks = {} if kernel.startswith("pallas_tpu") else {"block_q": 64, "block_k": 64}
 
     def ours(implementation: str, bias) -> object:
         return lambda q, k, v: fp.blockwise_attention(
             q, k, v, q_positions=positions, bias=bias, causal=True,
-            implementation=implementation, **blocks,
+            implementation=implementation,
         )  # fmt: skip
 
     out = {f"{kernel} {name}": ours(kernel, b) for name, b in biases(heads).items()}

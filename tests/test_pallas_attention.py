@@ -644,3 +644,23 @@ def test_ring_on_the_kernel_lowers_with_no_buffer_of_l_by_s(platform):
         for m in TENSOR.findall(module)
     ]
     assert max(sizes) < length * length
+
+
+def test_block_sizes_default_per_kernel_and_are_used_as_given():
+    """None means each kernel's own block (512; 64 for Triton's registers); a size
+    given is the size used (no cap), down to the padded length."""
+    for implementation, default in (
+        ("xla", 512),
+        ("pallas_tpu", 512),
+        ("pallas_gpu", 64),
+    ):
+        options = _spec.check_settings(implementation=implementation).options
+        assert (options.block_q, options.block_k) == (default, default)
+    q, k, v = inputs(256, 40, np.float32)
+    options = _spec.Options(False, None, 128, 128, "pallas_gpu")
+    blocks = _blockwise.prepare(
+        q, k, v, _spec.Arrays(None, None, None, None, None), options
+    )
+    request = _pallas_flash.Request(128, 128, None, True)
+    static, _ = _pallas_gpu.prepare(blocks, None, request)
+    assert (static.block_q, static.block_k) == (128, 64)  # k: 40 keys pad to 64

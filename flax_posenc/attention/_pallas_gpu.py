@@ -13,7 +13,7 @@ statistics. A step whose tile is wholly masked (the ``run`` table of
 math.
 
 Triton's rules: block sizes are powers of two of at least 16 (the matmul's tile),
-at most 64 here (registers and shared memory at ``H = 128``); the head size is
+64 unless given (registers and shared memory at ``H = 128``); the head size is
 padded to a power of two (zeros add nothing to a dot product). The backward is the
 shared ``custom_vjp``: a ``dq`` kernel over ``(B, N, Q)`` and a ``dk dv`` kernel
 over ``(B, N, Kb)`` walking the query blocks, which also sums the bias's scalars'
@@ -47,7 +47,6 @@ from flax_posenc.attention._pallas_tiles import Static
 from flax_posenc.attention._spec import Rotation
 from flax_posenc.bias.position_bias import KernelBias
 
-MAX_BLOCK = 64  # the largest block a kernel uses
 MIN_BLOCK = 16  # Triton's smallest matmul tile
 
 
@@ -60,10 +59,10 @@ def prepare(
     """The kernels' static configuration and operands for prepared blocks.
 
     ``request``'s block sizes are powers of two of at least 16 (checked with the
-    spec), used up to 64. ``rotation``: RoPE applied in the kernel
+    spec; 64 unless given). ``rotation``: RoPE applied in the kernel
     (:func:`rotates_in_kernel` holds; unrotated q and k in ``blocks``)."""
-    block_q = min(request.block_q, MAX_BLOCK, _power_of_two(blocks.q.shape[1]))
-    block_k = min(request.block_k, MAX_BLOCK, _power_of_two(blocks.k.shape[1]))
+    block_q = min(request.block_q, _power_of_two(blocks.q.shape[1]))
+    block_k = min(request.block_k, _power_of_two(blocks.k.shape[1]))
     rope = None if rotation is None else _pallas_rope.static_of(rotation.config)
     request = request._replace(block_q=block_q, block_k=block_k)
     static = flash.static_of(blocks, form, request, rope)

@@ -107,20 +107,22 @@ def check_settings(
     k_seq_len: Any = None,
     causal: Any = False,
     scale: Any = None,
-    block_q: Any = 512,
-    block_k: Any = 512,
+    block_q: Any = None,
+    block_k: Any = None,
     implementation: Any = "xla",
     rope_required: bool = False,
 ) -> Spec:
     """The checks that need no q/k/v: types, dtypes, and which argument needs which
     (the mask comes with the call: :func:`check_call`). ``rope_required``: attention
     that rotates q and k itself (Self-Extend, dual chunk attention)."""
+    implementation = check_choice("implementation", implementation, IMPLEMENTATIONS)
+    default = 64 if implementation.startswith("pallas_gpu") else 512
     options = Options(
         check_bool("causal", causal),
         None if scale is None else check_positive_float("scale", scale),
-        check_positive_int("block_q", block_q),
-        check_positive_int("block_k", block_k),
-        check_choice("implementation", implementation, IMPLEMENTATIONS),
+        default if block_q is None else check_positive_int("block_q", block_q),
+        default if block_k is None else check_positive_int("block_k", block_k),
+        implementation,
     )
     if bias is not None and not callable(bias):
         raise TypeError(

@@ -173,8 +173,8 @@ def blockwise_attention_fn(
     q_segment_ids: jax.Array | None = None,
     k_segment_ids: jax.Array | None = None,
     scale: float | None = None,
-    block_q: int = 512,
-    block_k: int = 512,
+    block_q: int | None = None,
+    block_k: int | None = None,
     implementation: AttentionImplementation = "xla",
 ) -> Callable[..., jax.Array]:
     """A Flax ``attention_fn`` that attends blockwise, the bias computed per tile.
@@ -200,8 +200,8 @@ def blockwise_attention_fn(
       q_segment_ids: integer ``[B, L]`` or ``[L]``, packed segments.
       k_segment_ids: integer ``[B, S]`` or ``[S]``; None means ``q_segment_ids``.
       scale: the logit scale; None means ``1 / sqrt(H)``.
-      block_q: query rows per tile.
-      block_k: keys per tile.
+      block_q: query rows per tile; None: 512, or 64 for ``"pallas_gpu"``.
+      block_k: keys per tile; None as ``block_q``.
       implementation: the kernel, as in :func:`flax_posenc.blockwise_attention`
         (a Pallas one takes no Flax ``mask``: use ``causal`` and segment ids).
 

@@ -69,8 +69,8 @@ def blockwise_attention(
     k_segment_ids: jax.Array | None = None,
     mask: jax.Array | None = None,
     scale: float | None = None,
-    block_q: int = 512,
-    block_k: int = 512,
+    block_q: int | None = None,
+    block_k: int | None = None,
     precision: Any = None,
     implementation: AttentionImplementation = "xla",
 ) -> jax.Array:
@@ -113,8 +113,9 @@ def blockwise_attention(
         e.g. ``[B, 1, 1, S]`` of a KV cache), non-zero where attention is allowed;
         sliced per tile.
       scale: the logit scale; None means ``1 / sqrt(H)``.
-      block_q: query rows per tile (``min(block_q, L)`` is used).
-      block_k: keys per tile (``min(block_k, S)`` is used).
+      block_q: query rows per tile (``min(block_q, L)`` is used); None: 512, or 64
+        for ``"pallas_gpu"``.
+      block_k: keys per tile (``min(block_k, S)`` is used); None as ``block_q``.
       precision: ``jax.lax.Precision`` of the two matmuls (as in
         ``jnp.einsum``); None is the backend default.
       implementation: the kernel (see :data:`flax_posenc.AttentionImplementation`
@@ -122,8 +123,8 @@ def blockwise_attention(
         backend), ``"pallas_tpu"`` (TPU flash attention with the bias and RoPE
         computed in the kernel, forward and backward; no ``mask``, ``block_q`` a
         multiple of 8 and ``block_k`` of 128, a bias with ``kernel_form()``),
-        ``"pallas_gpu"`` (GPU flash attention, Triton, the bias in the kernel; block
-        sizes powers of two of at least 16, at most 64 used), or either with
+        ``"pallas_gpu"`` (GPU flash attention, Triton, the bias and RoPE in the
+        kernel; block sizes powers of two of at least 16), or either with
         ``"_interpret"`` (that kernel in Pallas's interpreter, on CPU).
 
     Returns:

@@ -98,8 +98,8 @@ def ring_attention(
     q_segment_ids: jax.Array | None = None,
     k_segment_ids: jax.Array | None = None,
     scale: float | None = None,
-    block_q: int = 512,
-    block_k: int = 512,
+    block_q: int | None = None,
+    block_k: int | None = None,
     kv_chunks: int | None = None,
     precision: Any = None,
     implementation: AttentionImplementation = "xla",
@@ -136,8 +136,8 @@ def ring_attention(
       q_segment_ids: integer ``[..., L]``; packing, padding as its own id.
       k_segment_ids: integer ``[..., S]``; None means ``q_segment_ids``.
       scale: the logit scale; None means ``1 / sqrt(H)``.
-      block_q: query rows per tile.
-      block_k: keys per tile.
+      block_q: query rows per tile; None: 512, or 64 for ``"pallas_gpu"``.
+      block_k: keys per tile; None as ``block_q``.
       kv_chunks: the key/value block goes round the ring in this many chunks (a
         divisor of ``S``), one after the other: a device holds ``2 / kv_chunks``
         of a block in flight instead of two blocks, with ``kv_chunks`` times as
@@ -323,8 +323,8 @@ def sharded_ring_attention(
     q_segment_ids: jax.Array | None = None,
     k_segment_ids: jax.Array | None = None,
     scale: float | None = None,
-    block_q: int = 512,
-    block_k: int = 512,
+    block_q: int | None = None,
+    block_k: int | None = None,
     kv_chunks: int | None = None,
     precision: Any = None,
     implementation: AttentionImplementation = "xla",
@@ -358,8 +358,9 @@ def sharded_ring_attention(
       q_segment_ids: integer ``[L]`` or ``[B, L]``.
       k_segment_ids: integer ``[S]`` or ``[B, S]``; None means ``q_segment_ids``.
       scale: the logit scale; None means ``1 / sqrt(H)``.
-      block_q: query rows per tile (of a shard).
-      block_k: keys per tile.
+      block_q: query rows per tile (of a shard); None: 512, or 64 for
+        ``"pallas_gpu"``.
+      block_k: keys per tile; None as ``block_q``.
       kv_chunks: chunks per key/value block on the ring (a divisor of ``S / n``),
         or None (the default) to choose them from the shapes; see
         :func:`ring_attention`.
@@ -585,8 +586,8 @@ def ring_attention_fn(
     q_segment_ids: jax.Array | None = None,
     k_segment_ids: jax.Array | None = None,
     scale: float | None = None,
-    block_q: int = 512,
-    block_k: int = 512,
+    block_q: int | None = None,
+    block_k: int | None = None,
     kv_chunks: int | None = None,
     implementation: AttentionImplementation = "xla",
 ) -> Callable[..., jax.Array]:
@@ -612,8 +613,8 @@ def ring_attention_fn(
       q_segment_ids: integer ``[L]`` or ``[B, L]``, packed segments and padding.
       k_segment_ids: integer ``[S]`` or ``[B, S]``; None means ``q_segment_ids``.
       scale: the logit scale; None means ``1 / sqrt(H)``.
-      block_q: query rows per tile.
-      block_k: keys per tile.
+      block_q: query rows per tile; None: 512, or 64 for ``"pallas_gpu"``.
+      block_k: keys per tile; None as ``block_q``.
       kv_chunks: chunks per key/value block on the ring, or None (the default)
         to choose them from the shapes; see :func:`ring_attention`.
       implementation: each ring step's kernel, as in
