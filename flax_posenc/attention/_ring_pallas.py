@@ -118,11 +118,8 @@ def _forward(static: RingStatic, operands: Operands) -> tuple[jax.Array, tuple]:
     out_shape, lse_shape = shapes[0].shape, shapes[0].shape[:-1]
     init = (jnp.zeros(out_shape, jnp.float32), jnp.full(lse_shape, -jnp.inf))
     out, lse = _ring.around_ring(static.ring, blocks, step, init)
-    return flash.from_head_major(blocks, out.astype(blocks.q.dtype)), (
-        operands,
-        out,
-        lse,
-    )
+    residuals = (operands, out, lse)
+    return flash.from_head_major(blocks, out.astype(blocks.q.dtype)), residuals
 
 
 def _backward(static: RingStatic, residuals: tuple, d_out: jax.Array) -> tuple:
@@ -182,11 +179,11 @@ _differentiable.defvjp(_forward, _backward)
 
 
 def _to_head_major(blocks: Blocks, d_out: jax.Array, shape: tuple) -> jax.Array:
-    """``d_out [..., L, N, Hv]`` as the kernels' ``[B, N, Lp, Hv']``, zero-padded,
-    in q's dtype."""
+    """``d_out [..., L, N, Hv]`` as the kernels' ``[B, N, Lp, Hv']``, zero-padded
+    (the kernels round it to q's dtype)."""
     batch, length, kv_heads, groups, _ = blocks.q.shape
     rows = d_out.reshape(batch, length, kv_heads * groups, -1)
-    rows = jnp.moveaxis(rows, 1, 2).astype(blocks.q.dtype)
+    rows = jnp.moveaxis(rows, 1, 2)
     rows = flash.pad(rows, shape[2], axis=2)
     return flash.pad(rows, shape[3], axis=3)
 
