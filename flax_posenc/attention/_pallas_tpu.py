@@ -191,7 +191,11 @@ def _pallas(static: Static, kernel, grid, in_specs, out_specs, out_shape, scratc
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")
         ),
-        interpret=pltpu.InterpretParams() if static.interpret else False,
+        # the interpreter detects races (printed), raises on out-of-bounds reads
+        # and fills uninitialised memory with NaN
+        interpret=pltpu.InterpretParams(detect_races=True)
+        if static.interpret
+        else False,
         name="flax_posenc_flash_attention",
     )
 
