@@ -9,14 +9,15 @@ its gradient (dq, dk, dv) of:
 * the ``"xla"`` kernel (plain ``jnp``) with ALiBi;
 * on a GPU, ``jax.nn.dot_product_attention(implementation="cudnn")`` without a
   bias and with the dense ``[1, N, L, L]`` ALiBi bias (formed in the same program,
-  as a user of that API forms it).
+  as a user of that API forms it); on a TPU, splash attention (no bias: it takes
+  none).
 
 Each figure is the median of ``--repeats`` runs after one compile; a case that fails
 (out of memory, a missing backend) prints its error and the run goes on. Also
 printed: each forward's compiled temporary memory (``memory_analysis``), and the
 ratios the issue sets targets for: ALiBi / T5 / FIRE over no bias (target within
 1.15), dense-bias cuDNN over in-kernel ALiBi at 16k (target at least 3), no-bias
-kernel over cuDNN (target within 1.5). ``--time-limit`` stops starting new cases
+kernel over cuDNN or splash (target within 1.5). ``--time-limit`` stops starting new cases
 once spent (the device session is short).
 
 Run on a device: ``python benchmarks/attention_kernel_benchmark.py --json out.json``
@@ -56,7 +57,7 @@ def biases(heads: int) -> dict:
     }
 
 
-def cases(kernel: str, heads: int, length: int, on_gpu: bool) -> dict:
+def cases(kernel: str, heads: int, length: int, backend: str) -> dict:
     """name: a function of (q, k, v) to time."""
     positions = jnp.arange(length)
 
@@ -68,7 +69,7 @@ def cases(kernel: str, heads: int, length: int, on_gpu: bool) -> dict:
 
     out = {f"{kernel} {name}": ours(kernel, b) for name, b in biases(heads).items()}
     out["xla alibi"] = ours("xla", fp.AlibiBias(heads))
-    if on_gpu:
+    if backend == "gpu":
         out["cudnn none"] = lambda q, k, v: jax.nn.dot_product_attention(
             q, k, v, is_causal=True, implementation="cudnn"
         )
@@ -80,7 +81,26 @@ def cases(kernel: str, heads: int, length: int, on_gpu: bool) -> dict:
             )
 
         out["cudnn dense alibi"] = dense
+    if backend == "tpu":
+        out["splash none"] = splash(heads, length)
     return out
+
+
+def splash(heads: int, length: int):
+    """TPU splash attention, causal, no bias (it takes none), ``[B, L, N, H]`` in
+    and out like ours."""
+    from jax.experimental.pallas.ops.tpu import splash_attention as sa
+
+    mask = sa.MultiHeadMask([sa.CausalMask((length, length))] * heads)
+    kernel = sa.make_splash_mha(mask, head_shards=1, q_seq_shards=1)
+
+    def attend(q, k, v):
+        scale = q.shape[-1] ** -0.5
+        heads_first = lambda x: jnp.swapaxes(x, 1, 2)  # [B, N, L, H]
+        out = jax.vmap(kernel)(heads_first(q * scale), heads_first(k), heads_first(v))
+        return jnp.swapaxes(out, 1, 2)
+
+    return attend
 
 
 def timed(function, args: tuple, repeats: int) -> float:
@@ -115,6 +135,7 @@ def ratios(rows: dict, kernel: str) -> dict:
         }
         pairs["dense/alibi"] = ("cudnn dense alibi", f"{kernel} alibi")
         pairs["none/cudnn"] = (f"{kernel} none", "cudnn none")
+        pairs["none/splash"] = (f"{kernel} none", "splash none")
         for label, (a, b) in pairs.items():
             for key in ("forward_ms", "gradient_ms"):
                 if get(a, key) and get(b, key):
@@ -149,7 +170,7 @@ def main() -> None:
         shape = (1, length, heads, head_dim)
         qkv = tuple(jax.random.normal(key, shape, jnp.bfloat16) for key in keys)
         rows[length] = {}
-        for name, attend in cases(kernel, heads, length, backend == "gpu").items():
+        for name, attend in cases(kernel, heads, length, backend).items():
             if time.perf_counter() - start > args.time_limit:
                 print(f"L={length} {name}: not run (time limit)")
                 continue
