@@ -6,9 +6,9 @@
 # Prints the versions and nvidia-smi; runs the Pallas kernel compiled on the device
 # against "xla" (values and gradients, every bias); the attention kernel benchmark
 # (the kernel with no bias, ALiBi, T5, FIRE; "xla"; cuDNN with and without a dense
-# bias, or splash on a TPU; L = 4k, 16k, 32k, bfloat16, causal); the tests whose values differ by backend
-# (the reference forms against float64, the accelerator lowerings); then the RoPE
-# benchmark's quick mode if time is left. Logs and JSON go to OUT_DIR ($OUT, else
+# bias, or splash on a TPU; L = 4k, 16k, 32k, bfloat16, causal); the tests whose
+# values differ by backend (the reference forms against float64, the accelerator
+# lowerings); then the RoPE benchmark's quick mode if time is left. Logs and JSON go to OUT_DIR ($OUT, else
 # /tmp/device_check). Needs the package with its test extra and a CUDA (or TPU) build
 # of jaxlib in the active Python. Each step has its own time limit; together they
 # stay under 9 minutes. Add what it prints as a dated entry of benchmarks/README.md.
