@@ -253,6 +253,38 @@ def _keep_rotated(static, kept_ref, x_ref, positions, rope_refs, side) -> None:
         kept_ref[...] = _rotated(static, x_ref[...], positions, rope_refs, side)
 
 
+def _logits(
+    static: Static,
+    scalar_refs: tuple,
+    tile_refs: tuple,
+    head_and_key_block: tuple,
+    q: jax.Array,
+    k: jax.Array,
+) -> tuple:
+    """A step's position pairs, the head's bias scalars and the tile's logits
+    (:func:`flax_posenc.attention._pallas_tiles.logits`)."""
+    (h, j), (head_ref, shared_ref) = head_and_key_block, scalar_refs
+    params = tiles.scalar_params(static, head_ref, shared_ref, h)
+    pairs = tiles.position_pairs(tile_refs, (static.block_q, static.block_k))
+    return pairs, params, tiles.logits(static, pairs, params, j, q, k)
+
+
+def _q_major_logits(
+    static: Static,
+    scalar_refs: tuple,
+    tile_refs: tuple,
+    rope_refs: tuple,
+    q_and_k_refs: tuple,
+    head_and_key_block: tuple,
+) -> tuple:
+    """A step of the forward or ``dq`` kernel (the query block kept, a key block
+    per step): the key block (rotated) and the tile's logits."""
+    q_ref, kept_q, k_ref = q_and_k_refs
+    q = (q_ref if kept_q is None else kept_q)[...]
+    k = _rotated(static, k_ref[...], _k_lanes(rope_refs), rope_refs, "k")
+    return k, _logits(static, scalar_refs, tile_refs, head_and_key_block, q, k)[2]
+
+
 def _q_lanes(static: Static, tile_refs: tuple) -> Any:
     """q's lane-broadcast positions (the first tile operand) where RoPE reads
     them, else None."""
@@ -282,11 +314,14 @@ def _forward_kernel(static: Static, run_ref, fetch_ref, head_ref, shared_ref, *r
 
     @pl.when(run_ref[flash.row(static)(b), i, j] != 0)
     def _step():
-        params = tiles.scalar_params(static, head_ref, shared_ref, h)
-        q = (q_ref if kept_q is None else kept_q)[...]
-        k = _rotated(static, k_ref[...], _k_lanes(rope_refs), rope_refs, "k")
-        pairs = tiles.position_pairs(tile_refs, (static.block_q, static.block_k))
-        scores = tiles.logits(static, pairs, params, j, q, k)
+        _, scores = _q_major_logits(
+            static,
+            (head_ref, shared_ref),
+            tile_refs,
+            rope_refs,
+            (q_ref, kept_q, k_ref),
+            (h, j),
+        )
         tiles.softmax_step(scores, v_ref[...], m_ref, l_ref, acc_ref, static.precision)
 
     @pl.when(j == pl.num_programs(3) - 1)
@@ -331,11 +366,14 @@ def _dq_kernel(static: Static, run_ref, fetch_ref, head_ref, shared_ref, *refs):
 
     @pl.when(run_ref[flash.row(static)(b), i, j] != 0)
     def _step():
-        params = tiles.scalar_params(static, head_ref, shared_ref, h)
-        q = (q_ref if kept_q is None else kept_q)[...]
-        k = _rotated(static, k_ref[...], _k_lanes(rope_refs), rope_refs, "k")
-        pairs = tiles.position_pairs(tile_refs, (static.block_q, static.block_k))
-        scores = tiles.logits(static, pairs, params, j, q, k)
+        k, scores = _q_major_logits(
+            static,
+            (head_ref, shared_ref),
+            tile_refs,
+            rope_refs,
+            (q_ref, kept_q, k_ref),
+            (h, j),
+        )
         lse, delta = lse_ref[...][:, :1], delta_ref[...][:, :1]
         _, d_scores = tiles.probabilities_and_grad(
             scores, lse, delta, d_out_ref[...], v_ref[...], static.precision
@@ -402,13 +440,12 @@ def _dkv_kernel(static: Static, run_ref, fetch_ref, head_ref, shared_ref, *refs)
 
     @pl.when(run_ref[flash.row(static)(b), j, i] != 0)
     def _step():
-        params = tiles.scalar_params(static, head_ref, shared_ref, h)
         d_out = d_out_ref[...]
         q_lanes = _q_lanes(static, tile_refs)
         q = _rotated(static, q_ref[...], q_lanes, rope_refs, "q")
-        pairs = tiles.position_pairs(tile_refs, (static.block_q, static.block_k))
         k = (k_ref if kept_k is None else kept_k)[...]
-        scores = tiles.logits(static, pairs, params, j, q, k)
+        scalar_refs = (head_ref, shared_ref)
+        pairs, params, scores = _logits(static, scalar_refs, tile_refs, (h, j), q, k)
         lse, delta = lse_ref[...][:, :1], delta_ref[...][:, :1]
         probs, d_scores = tiles.probabilities_and_grad(
             scores, lse, delta, d_out, v_ref[...], static.precision
