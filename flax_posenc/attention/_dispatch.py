@@ -97,11 +97,8 @@ def _run(
     implementation = options.implementation
     if implementation == "xla":
         return _blockwise.online_softmax(blocks, bias, precision)
-    backend = backend_of(implementation)
-    form = _pallas_flash.form_of(bias)
-    request = request_of(options, precision)
-    static, operands = backend.prepare(blocks, form, request, rotation)
-    return _pallas_flash.attention(backend.KERNELS, static, blocks, *operands)
+    backend, request = backend_of(implementation), request_of(options, precision)
+    return _pallas_flash.attention(backend, blocks, bias, request, rotation)
 
 
 def backend_of(implementation: str) -> Any:
@@ -109,11 +106,7 @@ def backend_of(implementation: str) -> Any:
     return _pallas_gpu if implementation.startswith("pallas_gpu") else _pallas_tpu
 
 
-def request_of(
-    options: Options, precision: Any, float32_out: bool = False
-) -> _pallas_flash.Request:
+def request_of(options: Options, precision: Any) -> _pallas_flash.Request:
     """What the options ask of a Pallas kernel."""
     interpret = options.implementation.endswith("_interpret")
-    return _pallas_flash.Request(
-        options.block_q, options.block_k, precision, interpret, float32_out
-    )
+    return _pallas_flash.Request(options.block_q, options.block_k, precision, interpret)

@@ -122,10 +122,17 @@ def operands(
 
 
 def attention(
-    kernels: Kernels, static: Static, blocks: Blocks, *operands: jax.Array
+    backend: Any,
+    blocks: Blocks,
+    bias: Any,
+    request: Request,
+    rotation: Any = None,
 ) -> jax.Array:
-    """The kernels' attention, ``[..., L, N, Hv]`` in q's dtype (differentiable)."""
-    out = cast(jax.Array, _differentiable(static, kernels, *operands))
+    """A backend's (:mod:`flax_posenc.attention._pallas_tpu` or ``_gpu``)
+    attention of prepared blocks, ``[..., L, N, Hv]`` in q's dtype
+    (differentiable); ``rotation``: RoPE the kernels apply."""
+    static, operands = backend.prepare(blocks, form_of(bias), request, rotation)
+    out = cast(jax.Array, _differentiable(static, backend.KERNELS, *operands))
     return from_head_major(blocks, out)
 
 

@@ -59,10 +59,9 @@ def attention(
 ) -> jax.Array:
     """Ring attention of prepared local blocks on the backend's kernels, ``[...,
     L, N, Hv]`` in q's dtype."""
-    form = flash.form_of(bias)
     if ring.size == 1:
-        static, operands = backend.prepare(blocks, form, request)
-        return flash.attention(backend.KERNELS, static, blocks, *operands)
+        return flash.attention(backend, blocks, bias, request)
+    form = flash.form_of(bias)
     none = jnp.zeros((1,), jnp.float32)
     scalars = [none, none] if form is None else [form.head_params, form.shared_params]
     operands, template = _ring.split_blocks(blocks, scalars)
