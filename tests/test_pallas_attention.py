@@ -219,7 +219,7 @@ def test_skipped_tiles_fetch_no_new_block():
         params_per_head=1, shared_params=1, keys=512, block_q=128, block_k=128, groups=4,
         batch_rows=False, precision=None, interpret=True,
     )  # fmt: skip
-    (run, fetch, *_), _, _ = _pallas_flash.operands(blocks, None, static)
+    (run, fetch, *_), _, _ = _pallas_flash.operands(blocks, None, static, "pallas_tpu")
     lower = np.tril(np.ones((4, 4), np.int32))
     np.testing.assert_array_equal(run[0], lower)
     np.testing.assert_array_equal(
@@ -437,22 +437,45 @@ def test_rope_in_the_kernel_gradient_equals_the_xla_kernel(rope_name, implementa
         np.testing.assert_allclose(a, b, atol=1e-5 * float(np.abs(b).max()))
 
 
-def test_lowering_for_cuda_or_running_on_cpu_refuses():
-    """The kernel is for TPU: lowered for ``cuda`` Pallas refuses the platform, and
-    run on CPU without the interpreter it asks for interpret mode (the guide says
-    to use ``"xla"`` or ``"pallas_tpu_interpret"`` there); neither falls back."""
+@pytest.mark.parametrize(
+    ("implementation", "platform"),
+    [
+        ("pallas_tpu", "cuda"),
+        ("pallas_tpu", "cpu"),
+        ("pallas_gpu", "tpu"),
+        ("pallas_gpu", "cpu"),
+    ],
+)
+def test_a_kernel_lowered_off_its_platform_raises_naming_it(implementation, platform):
+    """Each compiled kernel lowers for its platform only: elsewhere (``jit`` on this
+    CPU, ``jax.export`` for the other accelerator) the call raises our message,
+    before Pallas's own (a bare ``AssertionError`` for Triton on ``tpu``), forward
+    and gradient; nothing falls back to another kernel."""
 
-    def attend(q):
-        return fp.blockwise_attention(
-            q, q, q, q_positions=jnp.arange(128), implementation="pallas_tpu"
+    def loss(q, positions=None):
+        positions = jnp.arange(128) if positions is None else positions
+        out = fp.blockwise_attention(
+            q, q, q, q_positions=positions, causal=True, implementation=implementation
         )
+        return out.astype(jnp.float32).sum()
 
+    match = rf"`implementation` '{implementation}' runs on .*lowered for {platform}"
     spec = jax.ShapeDtypeStruct((1, 128, KV_HEADS, 128), jnp.bfloat16)
-    # Pallas's words depend on its version and on which GPU lowering is registered.
-    with pytest.raises((ValueError, NotImplementedError), match=r"gpu|Triton"):
-        export.export(jax.jit(attend), platforms=("cuda",))(spec)
-    with pytest.raises(ValueError, match="interpret mode"):
-        attend(jnp.ones((1, 128, KV_HEADS, 128)))
+    for f in (loss, jax.grad(loss)):
+        with pytest.raises(ValueError, match=match):
+            if platform == "cpu":
+                f(jnp.ones(spec.shape, spec.dtype))
+            else:
+                export.export(jax.jit(f), platforms=(platform,))(spec)
+    # On its own platform the check vanishes, also batched (per-example positions:
+    # a batched block table).
+    own = next(p for p, kernel in PLATFORMS.items() if kernel[0] == implementation)
+    checks = PLATFORMS[own][2]
+    batched = jax.ShapeDtypeStruct((3, *spec.shape), spec.dtype)
+    lowered = export.export(
+        jax.jit(jax.vmap(jax.grad(loss))), platforms=(own,), disabled_checks=checks
+    )
+    lowered(batched, jnp.arange(3 * 128).reshape(3, 128))
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from flax_posenc.attention._blockwise import Blocks
+from flax_posenc.attention._pallas_platform import on_platform
 from flax_posenc.attention._pallas_rope import RopeStatic
 from flax_posenc.attention._pallas_tiles import Static
 from flax_posenc.bias.position_bias import KernelBias
@@ -93,10 +94,12 @@ def static_of(
 
 
 def operands(
-    blocks: Blocks, form: KernelBias | None, static: Static
+    blocks: Blocks, form: KernelBias | None, static: Static, implementation: str
 ) -> tuple[tuple, list, list]:
     """The shared operands ``(run, fetch, head, shared, q, k, v)``, and q's and k's
-    padded int32 rows ``[positions, segment ids]`` (None where absent)."""
+    padded int32 rows ``[positions, segment ids]`` (None where absent), for the
+    compiled kernels of ``implementation`` (``"pallas_tpu"`` or ``"pallas_gpu"``):
+    lowered elsewhere, ``run`` raises (:mod:`flax_posenc.attention._pallas_platform`)."""
     batch, length, kv_heads, groups, head_dim = blocks.q.shape
     padded_q = round_up(length, static.block_q)
     padded_k = round_up(static.keys, static.block_k)
@@ -113,6 +116,8 @@ def operands(
         None if x is None else rows_of(x, batch, static, padded_k) for x in k_rows
     ]
     run, fetch = _block_tables(q_rows, k_rows, static, padded_q, padded_k)
+    if not static.interpret:
+        run = on_platform(run, implementation)
     if form is None:
         head = shared = jnp.zeros((1,), jnp.float32)
     else:

@@ -66,7 +66,7 @@ def prepare(
     rope = None if rotation is None else _pallas_rope.static_of(rotation.config)
     request = request._replace(block_q=block_q, block_k=block_k)
     static = flash.static_of(blocks, form, request, rope)
-    shared, q_rows, k_rows = flash.operands(blocks, form, static)
+    shared, q_rows, k_rows = flash.operands(blocks, form, static, "pallas_gpu")
     run, fetch, head, scalars, q, k, v = shared
     q, k, v = (flash.pad(x, _power_of_two(x.shape[-1]), axis=3) for x in (q, k, v))
     rows = [x for pair in zip(q_rows, k_rows, strict=True) for x in pair]

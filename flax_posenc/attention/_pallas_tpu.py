@@ -65,7 +65,7 @@ def prepare(
     rope = None if rotation is None else _pallas_rope.static_of(rotation.config)
     request = request._replace(block_q=block_q, block_k=block_k)
     static = flash.static_of(blocks, form, request, rope)
-    shared, q_rows, k_rows = flash.operands(blocks, form, static)
+    shared, q_rows, k_rows = flash.operands(blocks, form, static, "pallas_tpu")
     lanes = [
         jnp.broadcast_to(x[:, :, None], (*x.shape, LANES))
         for x in q_rows
