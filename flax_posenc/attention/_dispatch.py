@@ -6,8 +6,9 @@ the TPU flash kernel (:mod:`flax_posenc.attention._pallas_tpu`), ``"pallas_gpu"`
 GPU one (:mod:`flax_posenc.attention._pallas_gpu`); ``*_interpret`` runs a kernel in
 Pallas's interpreter on any backend, for tests on CPU. All take the same prepared
 blocks, so masking, grouping and positions mean the same in each. The Pallas
-kernels rotate each q and k tile by the spec's RoPE themselves (the GPU one where
-its layout allows); otherwise q and k are rotated beforehand.
+kernels rotate each q and k tile by the spec's RoPE themselves where one row of
+float32 frequencies serves the call (and, on GPU, Triton loads the layout);
+otherwise q and k are rotated beforehand, as for ``"xla"``.
 """
 
 from __future__ import annotations
@@ -46,19 +47,17 @@ def attention(
 
 
 def _in_kernel(implementation: str, rotation: Rotation) -> bool:
-    """Whether the kernel rotates q and k itself: the TPU one always (it refuses
-    what it cannot), the GPU one for float32 angles at one length per call in the
-    layouts it loads (:func:`flax_posenc.attention._pallas_gpu.rotates_in_kernel`)."""
-    if implementation.startswith("pallas_tpu"):
-        return True
+    """Whether the kernel rotates q and k itself: a Pallas kernel, for float32
+    angles at one length per call (one row of frequencies), the GPU one in the
+    layouts it loads (:func:`flax_posenc.attention._pallas_gpu.rotates_in_kernel`).
+    Otherwise (exact angles, per-token lengths) they are rotated before it."""
     config = rotation.config
-    one_length = all(getattr(n, "ndim", 0) == 0 for n in rotation[1:])
-    return (
-        implementation.startswith("pallas_gpu")
-        and config.angle_precision == "float32"
-        and (one_length or not config.depends_on_seq_len)
-        and _pallas_gpu.rotates_in_kernel(config)
-    )
+    per_token = any(getattr(n, "ndim", 0) for n in rotation[1:])
+    if config.angle_precision != "float32" or (config.depends_on_seq_len and per_token):
+        return False
+    if implementation.startswith("pallas_gpu"):
+        return _pallas_gpu.rotates_in_kernel(config)
+    return implementation.startswith("pallas_tpu")
 
 
 @functools.partial(

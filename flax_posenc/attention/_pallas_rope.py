@@ -17,7 +17,8 @@ The per-lane rows are computed once per call from the config (float32 angles by
 elementwise multiply, as everywhere): ``[8, H]`` float32 (q's frequency and
 scaling, k's, the signs; sublane-padded). Frequencies that depend on ``seq_len``
 take it as given, or ``max(q, k positions) + 1`` as :func:`flax_posenc.apply_rope_qk`
-does; per-token lengths and exact angles are refused when the spec is checked.
+does. Per-token lengths and exact angles have no such rows: q and k are then rotated
+before the kernel (:mod:`flax_posenc.attention._dispatch`).
 """
 
 from __future__ import annotations

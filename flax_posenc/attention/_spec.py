@@ -134,7 +134,7 @@ def check_settings(
         raise ValueError("`q_positions` is required with `bias` or `causal=True`.")
     rotation = _check_rotation(rope, q_positions, seq_len, k_seq_len, rope_required)
     if options.implementation != "xla":
-        _check_pallas_settings(options, bias, rotation)
+        _check_pallas_settings(options, bias)
     arrays = Arrays(
         *_integer_pair("positions", q_positions, k_positions),
         *_integer_pair("segment_ids", q_segment_ids, k_segment_ids),
@@ -143,11 +143,9 @@ def check_settings(
     return Spec(arrays, cast(Bias | None, bias), options, rotation)
 
 
-def _check_pallas_settings(
-    options: Options, bias: Any, rotation: Rotation | None
-) -> None:
+def _check_pallas_settings(options: Options, bias: Any) -> None:
     """What the Pallas kernels need: block sizes on the hardware's tiling, a bias
-    with a kernel form; on TPU, RoPE whose frequencies are one row per call."""
+    with a kernel form."""
     on_tpu = options.implementation.startswith("pallas_tpu")
     for name in ("block_q", "block_k"):
         size = getattr(options, name)
@@ -171,33 +169,6 @@ def _check_pallas_settings(
             "(fp.AlibiBias, fp.RelativeBias, fp.KerpleBias and fp.FireBias have it). "
             "Hint: implementation='xla' takes any function of the positions."
         )
-    if rotation is not None and on_tpu:
-        _check_pallas_rotation(options, rotation)
-
-
-def _check_pallas_rotation(options: Options, rotation: Rotation) -> None:
-    """The kernel forms float32 angles from one frequency row for q and one for k:
-    no exact angles, no per-token lengths."""
-    config = rotation.config
-    where = f"implementation={options.implementation!r}, which rotates q and k tiles"
-    if config.angle_precision == "exact":
-        raise ValueError(
-            f"`rope.angle_precision` must be 'float32' for {where} in the kernel "
-            "(exact angles reduce float64 angles on the host), got 'exact'. Hint: "
-            "dataclasses.replace(rope, angle_precision='float32'), or implementation='xla'."
-        )
-    for name, length in (
-        ("seq_len", rotation.seq_len),
-        ("k_seq_len", rotation.k_seq_len),
-    ):
-        shape = tuple(getattr(length, "shape", ()))
-        if config.depends_on_seq_len and shape:
-            raise ValueError(
-                f"`{name}` must be a scalar for {where} with "
-                f"{type(config.scaling).__name__} (one set of frequencies per call), "
-                f"got shape {shape}. Hint: pass one length, or "
-                "implementation='xla' for per-token lengths."
-            )
 
 
 def _check_rotation(

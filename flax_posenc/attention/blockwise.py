@@ -122,7 +122,8 @@ def blockwise_attention(
         and the guide's "Attention on TPU and GPU"): ``"xla"`` (the default, every
         backend), ``"pallas_tpu"`` (TPU flash attention with the bias and RoPE
         computed in the kernel, forward and backward; no ``mask``, ``block_q`` a
-        multiple of 8 and ``block_k`` of 128, a bias with ``kernel_form()``),
+        multiple of 8 and ``block_k`` of 128, a bias with ``kernel_form()``; exact
+        RoPE angles and per-token lengths rotate q and k before it),
         ``"pallas_gpu"`` (GPU flash attention, Triton, the bias and RoPE in the
         kernel; block sizes powers of two of at least 16), or either with
         ``"_interpret"`` (that kernel in Pallas's interpreter, on CPU).
@@ -142,8 +143,8 @@ def blockwise_attention(
         ``q_positions``, positions or segment ids that break the positions rule, a
         bias tile of the wrong shape, a ``mask`` that does not broadcast, a
         ``scale <= 0``, block sizes ``<= 0``; an unknown ``implementation``; a
-        Pallas one with a ``mask`` or block sizes off its tiling; the TPU one with
-        exact RoPE angles or per-token lengths.
+        Pallas one with a ``mask`` or block sizes off its tiling, or lowered off its
+        platform.
 
     Examples:
       ALiBi over 4096 tokens without the ``[4, 4096, 4096]`` bias:
