@@ -592,12 +592,13 @@ def test_compiled_kernel_on_its_device_equals_xla(bias_name):
         np.testing.assert_allclose(a, b, atol=1e-4 * scale, err_msg=bias_name)
 
 
-def ring_case(bias_name, kv_chunks, implementation="pallas_gpu_interpret"):
+def ring_case(bias_name, kv_chunks, implementation="pallas_gpu_interpret", rope=None):
     """sharded_ring_attention on 4 host devices with a Pallas kernel per step
     against the ``"xla"`` ring (itself checked against float64 dense attention in
     tests/test_ring_attention.py): causal, packed segments with left padding
-    crossing the shards, grouped heads, ``kv_chunks`` chunks per block. Returns the
-    two rings as functions of ``(q, k, v, bias parameters)``."""
+    crossing the shards, grouped heads, ``kv_chunks`` chunks per block, RoPE
+    ``ROPES[rope]`` in the kernels or none. Returns the two rings as functions of
+    ``(q, k, v, bias parameters)``."""
     make, params = TRAINABLE[bias_name]
     length = 128
     mesh = jax.make_mesh((4,), ("seq",), axis_types=(jax.sharding.AxisType.Auto,))
@@ -609,7 +610,7 @@ def ring_case(bias_name, kv_chunks, implementation="pallas_gpu_interpret"):
         def attend(q, k, v, params):
             return fp.sharded_ring_attention(
                 q, k, v, mesh=mesh, axis_name="seq", q_positions=positions,
-                q_segment_ids=ids, bias=make(params), causal=True,
+                q_segment_ids=ids, bias=make(params), causal=True, rope=ROPES.get(rope),
                 kv_chunks=kv_chunks, implementation=implementation, **blocks,
             )  # fmt: skip
 
@@ -619,20 +620,27 @@ def ring_case(bias_name, kv_chunks, implementation="pallas_gpu_interpret"):
     return qkv, params, ring(implementation), ring("xla")
 
 
-def test_ring_on_the_kernel_equals_the_xla_ring():
+@pytest.mark.parametrize("rope", [None, "dynamic_ntk"])
+def test_ring_on_the_kernel_equals_the_xla_ring(rope):
     """Each ring step's tiles by the interpreted GPU kernel, the steps merged by
-    their log-sum-exp: the output equals the ``"xla"`` ring's."""
-    (q, k, v), params, kernel, xla = ring_case("alibi", 2)
+    their log-sum-exp: the output equals the ``"xla"`` ring's. With dynamic NTK
+    rotated in the kernels, from the ring's global length (a shard's own maximum
+    position would give other frequencies on all but the last device)."""
+    (q, k, v), params, kernel, xla = ring_case("alibi", 2, rope=rope)
     np.testing.assert_allclose(kernel(q, k, v, params), xla(q, k, v, params), atol=4e-6)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kv_chunks", [1, 2])
-@pytest.mark.parametrize("bias_name", ["t5", "fire"])
-def test_ring_on_the_kernel_gradient_equals_the_xla_ring(bias_name, kv_chunks):
+@pytest.mark.parametrize(
+    ("bias_name", "kv_chunks", "rope"),
+    [("t5", 1, None), ("t5", 2, None), ("fire", 1, None), ("fire", 2, None)]
+    + [("t5", 2, "interleaved_partial"), ("alibi", 1, "yarn")],
+)
+def test_ring_on_the_kernel_gradient_equals_the_xla_ring(bias_name, kv_chunks, rope):
     """dq added up in place, dk/dv travelling with their chunk, the bias's
-    parameters summed over the devices: equal to the ``"xla"`` ring's gradients."""
-    (q, k, v), params, kernel, xla = ring_case(bias_name, kv_chunks)
+    parameters summed over the devices: equal to the ``"xla"`` ring's gradients;
+    with RoPE in the kernels, dq and dk come back unrotated."""
+    (q, k, v), params, kernel, xla = ring_case(bias_name, kv_chunks, rope=rope)
     weights = np.cos(np.arange(q.size)).reshape(q.shape).astype(np.float32)
     grad = lambda attend: jax.grad(
         lambda *args: jnp.sum(attend(*args) * weights), argnums=(0, 1, 2, 3)
@@ -656,9 +664,10 @@ def test_ring_refuses_the_tpu_interpreter_on_several_devices():
     "platform", ["tpu", pytest.param("cuda", marks=pytest.mark.slow)]
 )
 def test_ring_on_the_kernel_lowers_with_no_buffer_of_l_by_s(platform):
-    """sharded_ring_attention's gradient on 4 devices at ``L = 4096`` lowers with
-    the kernels in every step (the first, the loop's, the last: forward, ``dq`` and
-    ``dk dv`` each) and no array of ``L * S`` elements."""
+    """sharded_ring_attention's gradient on 4 devices at ``L = 4096``, with YaRN,
+    lowers with the kernels in every step (the first, the loop's, the last:
+    forward, ``dq`` and ``dk dv`` each), no array of ``L * S`` elements, and no sine
+    or cosine outside the kernels (RoPE rotates the tiles in them)."""
     implementation, call, disabled = PLATFORMS[platform]
     length = 4096
     mesh = jax.make_mesh((4,), ("seq",), axis_types=(jax.sharding.AxisType.Auto,))
@@ -666,7 +675,8 @@ def test_ring_on_the_kernel_lowers_with_no_buffer_of_l_by_s(platform):
     def loss(q, k, v, table, positions):
         out = fp.sharded_ring_attention(
             q, k, v, mesh=mesh, axis_name="seq", q_positions=positions,
-            bias=fp.RelativeBias(table), causal=True, implementation=implementation,
+            bias=fp.RelativeBias(table), causal=True, rope=ROPES["yarn"],
+            implementation=implementation,
         )  # fmt: skip
         return out.astype(jnp.float32).sum()
 
@@ -678,6 +688,7 @@ def test_ring_on_the_kernel_lowers_with_no_buffer_of_l_by_s(platform):
     exported = export.export(gradient, platforms=(platform,), disabled_checks=disabled)
     module = exported(*args).mlir_module()
     assert module.count(call) == 9
+    assert "stablehlo.sine" not in module and "stablehlo.cosine" not in module
     sizes = [
         np.prod([int(d) for d in m.rstrip("x").split("x")])
         for m in TENSOR.findall(module)

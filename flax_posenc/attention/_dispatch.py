@@ -34,7 +34,7 @@ def attention(
     transformation the kernel is traced inline (:mod:`flax_posenc._core.eager`).
     """
     rotation = spec.rotation
-    if rotation is not None and not _in_kernel(spec.options.implementation, rotation):
+    if rotation is not None and not in_kernel(spec.options.implementation, rotation):
         q, k = rotate(q, k, spec)
         rotation = None
     bias_arrays, bias_static = _blockwise.split_bias(spec.bias)
@@ -46,7 +46,7 @@ def attention(
     return _run(q, k, v, spec.arrays, spec.bias, spec.options, precision, rotation)
 
 
-def _in_kernel(implementation: str, rotation: Rotation) -> bool:
+def in_kernel(implementation: str, rotation: Rotation) -> bool:
     """Whether the kernel rotates q and k itself: a Pallas kernel, for float32
     angles at one length per call (one row of frequencies), the GPU one in the
     layouts it loads (:func:`flax_posenc.attention._pallas_gpu.rotates_in_kernel`).

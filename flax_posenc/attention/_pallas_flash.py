@@ -33,7 +33,7 @@ import numpy as np
 
 from flax_posenc.attention._blockwise import Blocks
 from flax_posenc.attention._pallas_platform import on_platform
-from flax_posenc.attention._pallas_rope import RopeStatic
+from flax_posenc.attention._pallas_rope import RopeStatic, kernel_rope
 from flax_posenc.attention._pallas_tiles import Static
 from flax_posenc.bias.position_bias import KernelBias
 
@@ -136,7 +136,8 @@ def attention(
     """A backend's (:mod:`flax_posenc.attention._pallas_tpu` or ``_gpu``)
     attention of prepared blocks, ``[..., L, N, Hv]`` in q's dtype
     (differentiable); ``rotation``: RoPE the kernels apply."""
-    static, operands = backend.prepare(blocks, form_of(bias), request, rotation)
+    rope = None if rotation is None else kernel_rope(rotation, blocks)
+    static, operands = backend.prepare(blocks, form_of(bias), request, rope)
     out = cast(jax.Array, _differentiable(static, backend.KERNELS, *operands))
     return from_head_major(blocks, out)
 

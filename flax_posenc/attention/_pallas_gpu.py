@@ -43,8 +43,8 @@ from flax_posenc.attention import _pallas_flash as flash
 from flax_posenc.attention import _pallas_rope
 from flax_posenc.attention import _pallas_tiles as tiles
 from flax_posenc.attention._blockwise import Blocks
+from flax_posenc.attention._pallas_rope import KernelRope
 from flax_posenc.attention._pallas_tiles import Static
-from flax_posenc.attention._spec import Rotation
 from flax_posenc.bias.position_bias import KernelBias
 
 MIN_BLOCK = 16  # Triton's smallest matmul tile
@@ -54,25 +54,26 @@ def prepare(
     blocks: Blocks,
     form: KernelBias | None,
     request: flash.Request,
-    rotation: Rotation | None = None,
+    rope: KernelRope | None = None,
 ) -> tuple[Static, tuple]:
     """The kernels' static configuration and operands for prepared blocks.
 
     ``request``'s block sizes are powers of two of at least 16 (checked with the
-    spec; 64 unless given). ``rotation``: RoPE applied in the kernel
+    spec; 64 unless given). ``rope``: RoPE applied in the kernel
     (:func:`rotates_in_kernel` holds; unrotated q and k in ``blocks``)."""
     block_q = min(request.block_q, _power_of_two(blocks.q.shape[1]))
     block_k = min(request.block_k, _power_of_two(blocks.k.shape[1]))
-    rope = None if rotation is None else _pallas_rope.static_of(rotation.config)
     request = request._replace(block_q=block_q, block_k=block_k)
-    static = flash.static_of(blocks, form, request, rope)
+    static = flash.static_of(
+        blocks, form, request, None if rope is None else rope.static
+    )
     shared, q_rows, k_rows = flash.operands(blocks, form, static, "pallas_gpu")
     run, fetch, head, scalars, q, k, v = shared
     q, k, v = (flash.pad(x, _power_of_two(x.shape[-1]), axis=3) for x in (q, k, v))
     rows = [x for pair in zip(q_rows, k_rows, strict=True) for x in pair]
     operands = (run, fetch, head, scalars, q, k, v, *(x for x in rows if x is not None))
-    if rotation is not None:
-        operands += (_pallas_rope.rows_of(rotation, blocks),)
+    if rope is not None:
+        operands += (rope.rows,)
     return static, operands
 
 

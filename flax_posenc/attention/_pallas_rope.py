@@ -43,17 +43,21 @@ class RopeStatic(NamedTuple):
     head_dim: int
 
 
-def static_of(config: Any) -> RopeStatic:
-    """The kernels' static RoPE of a ``RopeConfig``."""
-    return RopeStatic(config.layout, config.rotated_features, config.head_dim)
+class KernelRope(NamedTuple):
+    """RoPE as a kernel takes it: what it is compiled for, and the rows."""
+
+    static: RopeStatic
+    rows: jax.Array  # float32 [8, H], see rows()
 
 
-def rows_of(rotation: Any, blocks: Any) -> jax.Array:
-    """:func:`rows` of a spec's ``Rotation`` for the prepared blocks' positions."""
+def kernel_rope(rotation: Any, blocks: Any) -> KernelRope:
+    """A spec's ``Rotation`` for the prepared blocks (whose positions give the
+    length a ``seq_len``-dependent family was not given)."""
     q_pos, k_pos = blocks.q_positions, blocks.k_positions
     assert q_pos is not None and k_pos is not None  # checked: RoPE needs positions
     config, seq_len, k_seq_len = rotation
-    return rows(config, seq_len, k_seq_len, q_pos, k_pos)
+    static = RopeStatic(config.layout, config.rotated_features, config.head_dim)
+    return KernelRope(static, rows(config, seq_len, k_seq_len, q_pos, k_pos))
 
 
 def rows(

@@ -44,8 +44,8 @@ from flax_posenc.attention import _pallas_rope
 from flax_posenc.attention import _pallas_tiles as tiles
 from flax_posenc.attention._blockwise import Blocks
 from flax_posenc.attention._pallas_rope import ROWS as ROPE_ROWS
+from flax_posenc.attention._pallas_rope import KernelRope
 from flax_posenc.attention._pallas_tiles import LANES, SUBLANES, Static
-from flax_posenc.attention._spec import Rotation
 from flax_posenc.bias.position_bias import KernelBias
 
 
@@ -53,18 +53,19 @@ def prepare(
     blocks: Blocks,
     form: KernelBias | None,
     request: flash.Request,
-    rotation: Rotation | None = None,
+    rope: KernelRope | None = None,
 ) -> tuple[Static, tuple]:
     """The kernels' static configuration and operands for prepared blocks.
 
     ``request``'s ``block_q`` is a multiple of 8 and ``block_k`` of 128 (checked
-    with the spec). ``rotation``: RoPE applied to the q and k tiles in the kernel
+    with the spec). ``rope``: RoPE applied to the q and k tiles in the kernel
     (unrotated q and k in ``blocks``)."""
     block_q = min(request.block_q, flash.round_up(blocks.q.shape[1], SUBLANES))
     block_k = min(request.block_k, flash.round_up(blocks.k.shape[1], LANES))
-    rope = None if rotation is None else _pallas_rope.static_of(rotation.config)
     request = request._replace(block_q=block_q, block_k=block_k)
-    static = flash.static_of(blocks, form, request, rope)
+    static = flash.static_of(
+        blocks, form, request, None if rope is None else rope.static
+    )
     shared, q_rows, k_rows = flash.operands(blocks, form, static, "pallas_tpu")
     lanes = [
         jnp.broadcast_to(x[:, :, None], (*x.shape, LANES))
@@ -80,9 +81,9 @@ def prepare(
     tiles = [lanes[0], sublanes[0]] if static.positions else []
     if static.segments:
         tiles += [lanes[-1], sublanes[-1]]
-    if rotation is not None:
+    if rope is not None:
         k_lanes = jnp.broadcast_to(k_rows[0][:, :, None], (*k_rows[0].shape, LANES))
-        tiles += [_pallas_rope.rows_of(rotation, blocks), k_lanes]
+        tiles += [rope.rows, k_lanes]
     return static, (*shared, *tiles)
 
 

@@ -16,8 +16,9 @@ the running pair is merged with it::
 and ``D = d_out . out`` of the rows, so the transposed ring runs the ``dq`` and ``dk
 dv`` kernels on each chunk, ``dq`` adding up in place and ``dk``/``dv`` travelling
 with their chunk; the bias's scalars' gradient adds up on each device and reaches
-the bias's arrays through ``kernel_form()`` outside. RoPE is applied before the
-ring.
+the bias's arrays through ``kernel_form()`` outside. With RoPE the kernels rotate
+each step's tiles (the frequency rows computed once, from the ring's global
+``seq_len``), and ``dq``, ``dk`` come back unrotated.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import jax.numpy as jnp
 from flax_posenc.attention import _pallas_flash as flash
 from flax_posenc.attention import _ring
 from flax_posenc.attention._blockwise import Bias, Blocks
+from flax_posenc.attention._pallas_rope import KernelRope, RopeStatic, kernel_rope
+from flax_posenc.attention._spec import Rotation
 from flax_posenc.bias.position_bias import KernelBias
 
 
@@ -43,10 +46,11 @@ class RingStatic(NamedTuple):
     ring: _ring.Ring
     backend: Any  # the kernels' module
     request: flash.Request
+    rope: RopeStatic | None  # with RoPE in the kernels (its rows are an operand)
 
 
-# The arrays of a ring call are the "xla" ring's, with the bias's kernel scalars
-# (KernelBias' head and shared parameters, float32) as its bias.
+# The arrays of a ring call are the "xla" ring's, with the kernels' float32 operands
+# as its bias: KernelBias' head and shared scalars, then RoPE's rows if any.
 Operands = _ring.Operands
 
 
@@ -56,18 +60,24 @@ def attention(
     ring: _ring.Ring,
     backend: Any,
     request: flash.Request,
+    rotation: Rotation | None = None,
 ) -> jax.Array:
     """Ring attention of prepared local blocks on the backend's kernels, ``[...,
-    L, N, Hv]`` in q's dtype."""
+    L, N, Hv]`` in q's dtype; ``rotation``: RoPE the kernels apply (a length it
+    depends on given: the ring's)."""
     if ring.size == 1:
-        return flash.attention(backend, blocks, bias, request)
+        return flash.attention(backend, blocks, bias, request, rotation)
     form = flash.form_of(bias)
     none = jnp.zeros((1,), jnp.float32)
     scalars = [none, none] if form is None else [form.head_params, form.shared_params]
+    rope = None if rotation is None else kernel_rope(rotation, blocks)
+    if rope is not None:
+        scalars.append(rope.rows)
     operands, template = _ring.split_blocks(blocks, scalars)
     tile = None if form is None else form.tile
+    request = request._replace(float32_out=True)
     static = RingStatic(
-        template, tile, ring, backend, request._replace(float32_out=True)
+        template, tile, ring, backend, request, None if rope is None else rope.static
     )
     return _differentiable(static, operands)
 
@@ -79,10 +89,12 @@ def _local(static: RingStatic, operands: Operands) -> Blocks:
 def _kernel_step(static: RingStatic, operands: Operands, kv: tuple) -> tuple:
     """The kernels' static configuration and operands against the chunk ``kv``."""
     blocks = _ring.with_keys(_local(static, operands), kv)
-    form = None
+    form = rope = None
     if static.tile is not None:
         form = KernelBias(operands.bias[0], operands.bias[1], static.tile)
-    return static.backend.prepare(blocks, form, static.request)
+    if static.rope is not None:
+        rope = KernelRope(static.rope, operands.bias[2])
+    return static.backend.prepare(blocks, form, static.request, rope)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -149,7 +161,7 @@ def _backward(static: RingStatic, residuals: tuple, d_out: jax.Array) -> tuple:
     kv = _ring.chunk(blocks, jnp.int32(0), static.ring.kv_chunks)
     q_shape = jax.eval_shape(lambda: _kernel_step(static, operands, kv)[1][4]).shape
     d_q = jnp.zeros(q_shape, jnp.float32)
-    params = tuple(jnp.zeros_like(x) for x in operands.bias)
+    params = tuple(jnp.zeros_like(x) for x in operands.bias[:2])
     init = (
         d_q,
         jnp.zeros(blocks.k.shape, jnp.float32),
@@ -169,7 +181,7 @@ def _backward(static: RingStatic, residuals: tuple, d_out: jax.Array) -> tuple:
             _ring.int_zeros(operands.k_positions),
             _ring.int_zeros(operands.q_segment_ids),
             _ring.int_zeros(operands.k_segment_ids),
-            [d_head, d_shared],
+            [d_head, d_shared, *map(jnp.zeros_like, operands.bias[2:])],
         ),
     )
 

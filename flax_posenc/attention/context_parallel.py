@@ -149,8 +149,8 @@ def ring_attention(
       precision: ``jax.lax.Precision`` of the matmuls.
       implementation: each ring step's kernel, as in
         :func:`flax_posenc.blockwise_attention` (``"xla"``, ``"pallas_tpu"``,
-        ``"pallas_gpu"`` or their ``"_interpret"`` forms); RoPE is applied before
-        the ring.
+        ``"pallas_gpu"`` or their ``"_interpret"`` forms); the kernels rotate
+        each step's q and k tiles by ``rope`` where they can.
 
     Returns:
       ``[..., L, N, Hv]`` in q's dtype, this device's rows.
@@ -276,8 +276,12 @@ def _local_ring(
     precision: Any,
     kv_chunks: int | None,
 ) -> jax.Array:
-    """RoPE, then the ring, on local shards."""
-    q, k = rotate(q, k, spec)
+    """The ring on local shards, q and k rotated by the spec's RoPE first unless
+    the kernels rotate them (:func:`flax_posenc.attention._dispatch.in_kernel`)."""
+    implementation, rotation = spec.options.implementation, spec.rotation
+    if rotation is not None and not _dispatch.in_kernel(implementation, rotation):
+        q, k = rotate(q, k, spec)
+        rotation = None
     blocks = _blockwise.prepare(q, k, v, spec.arrays, spec.options)
     if kv_chunks is None:
         kv_chunks = _ring.default_kv_chunks(blocks)
@@ -289,7 +293,6 @@ def _local_ring(
             f"{keys}. Hint: a divisor of {keys}, e.g. kv_chunks={nearest}, or "
             "None to choose from the shapes."
         )
-    implementation = spec.options.implementation
     if implementation == "xla":
         return _ring.attention(blocks, spec.bias, axis_name, precision, kv_chunks)
     ring = _ring.Ring(axis_name, _ring.axis_size(axis_name), kv_chunks)
@@ -303,7 +306,7 @@ def _local_ring(
         )
     backend = _dispatch.backend_of(implementation)
     request = _dispatch.request_of(spec.options, precision)
-    return _ring_pallas.attention(blocks, spec.bias, ring, backend, request)
+    return _ring_pallas.attention(blocks, spec.bias, ring, backend, request, rotation)
 
 
 def sharded_ring_attention(
@@ -367,8 +370,8 @@ def sharded_ring_attention(
       precision: ``jax.lax.Precision`` of the matmuls.
       implementation: each ring step's kernel, as in
         :func:`flax_posenc.blockwise_attention` (``"xla"``, ``"pallas_tpu"``,
-        ``"pallas_gpu"`` or their ``"_interpret"`` forms); RoPE is applied before
-        the ring.
+        ``"pallas_gpu"`` or their ``"_interpret"`` forms); the kernels rotate
+        each step's q and k tiles by ``rope`` where they can.
 
     Returns:
       ``[B, L, N, Hv]`` in q's dtype, sharded like q.
@@ -619,8 +622,8 @@ def ring_attention_fn(
         to choose them from the shapes; see :func:`ring_attention`.
       implementation: each ring step's kernel, as in
         :func:`flax_posenc.blockwise_attention` (``"xla"``, ``"pallas_tpu"``,
-        ``"pallas_gpu"`` or their ``"_interpret"`` forms); RoPE is applied before
-        the ring.
+        ``"pallas_gpu"`` or their ``"_interpret"`` forms); the kernels rotate
+        each step's q and k tiles by ``rope`` where they can.
 
     Returns:
       A function with the keywords of Flax's ``dot_product_attention``.
