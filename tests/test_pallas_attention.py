@@ -255,6 +255,7 @@ PLATFORMS = {
             ("kerple_power", None),
             ("fire", None),
             ("t5", "interleaved_partial"),
+            ("none", "interleaved_96"),
             ("none", "dynamic_ntk"),
             ("alibi", None),
         )
@@ -355,11 +356,14 @@ def test_every_bias_gradient_equals_the_xla_kernel(bias_name, implementation):
 ROPES = {
     "half": fp.RopeConfig(head_dim=128),
     "half_partial": fp.RopeConfig(head_dim=128, rotary_dim=64),
-    # halves of 48 features: the GPU kernel cannot load them, q and k come rotated
+    # halves of 48 features: the GPU kernel loads pieces of 32 and 16
     "half_96": fp.RopeConfig(head_dim=128, rotary_dim=96),
     "interleaved_partial": fp.RopeConfig(
         head_dim=128, rotary_dim=64, layout="interleaved"
     ),
+    "interleaved_96": fp.RopeConfig(head_dim=128, rotary_dim=96, layout="interleaved"),
+    # halves of 24 features, no power-of-two pieces: on GPU q and k come rotated
+    "half_48": fp.RopeConfig(head_dim=128, rotary_dim=48),
     "yarn": rope_reference.make_config("yarn", head_dim=128, original=64),
     "dynamic_ntk": rope_reference.make_config("dynamic_ntk", head_dim=128, original=64),
 }
@@ -406,18 +410,22 @@ def rope_case(rope_name, dtype, implementation, k_seq_len=None):
     )(q, k, v)
 
 
+FAST_ROPE_CASES = [
+    ("half", np.float32, "pallas_tpu_interpret"),
+    ("half_partial", jnp.bfloat16, "pallas_gpu_interpret"),
+    ("interleaved_96", np.float32, "pallas_gpu_interpret"),
+]
+
+
 @pytest.mark.parametrize(
     ("rope_name", "dtype", "implementation"),
-    [
-        ("half", np.float32, "pallas_tpu_interpret"),
-        ("half_partial", jnp.bfloat16, "pallas_gpu_interpret"),
-    ]
+    FAST_ROPE_CASES
     + [
         pytest.param(name, dtype, implementation, marks=pytest.mark.slow)
         for implementation in KERNELS
         for name in ROPES
         for dtype in (np.float32, jnp.bfloat16)
-        if (name, dtype) not in (("half", np.float32), ("half_partial", jnp.bfloat16))
+        if (name, dtype, implementation) not in FAST_ROPE_CASES
     ],
 )
 def test_rope_in_the_kernel_equals_float64_and_xla(rope_name, dtype, implementation):

@@ -22,11 +22,12 @@ gradient through the bias's own VJP per tile.
 RoPE (:func:`rotates_in_kernel`): q and k blocks are loaded as feature segments,
 each rotated pair's first features, their second (the two halves of ``R``, or the
 even and odd features by strided loads) and the unrotated rest (Triton has no lane
-shuffle); the pairs are rotated in registers (``(a c - b s, b c + a s)`` in float32,
-rounded once to the input's dtype), and the logits are the sum of the segments' dot
-products (a permutation of the features changes no dot product); ``dq`` and ``dk``
-are carried back by the inverse rotation and stored in place. RoPE whose segments
-Triton cannot load is applied to q and k before the kernel.
+shuffle), each split into power-of-two pieces of at least 16 (``R = 96``: pairs
+of 32 and 16); the pairs are rotated in registers (``(a c - b s, b c + a s)`` in
+float32, rounded once to the input's dtype), and the logits are the sum of the
+pieces' dot products (a permutation of the features changes no dot product);
+``dq`` and ``dk`` are carried back by the inverse rotation and stored in place.
+RoPE with ``R`` not a multiple of 32 is applied to q and k before the kernel.
 """
 
 from __future__ import annotations
@@ -80,28 +81,34 @@ def prepare(
 def rotates_in_kernel(config: Any) -> bool:
     """Whether the kernel rotates q and k by ``config`` itself: when its feature
     segments (each pair's first features, their second, the rest of the padded
-    head) are blocks that Triton loads (powers of two, at least 16). Otherwise q
-    and k are rotated before the kernel."""
-    half = config.rotated_features // 2
-    rest = _power_of_two(config.head_dim) - config.rotated_features
-    return _loadable(half) and (rest == 0 or _loadable(rest))
+    head) split into pieces that Triton loads, powers of two of at least 16: ``R``
+    a multiple of 32. Otherwise q and k are rotated before the kernel."""
+    return config.rotated_features % (2 * MIN_BLOCK) == 0
 
 
-def _segments(static: Static, width: int) -> tuple[Any, ...]:
-    """The feature slices of the pairs' first features, their second, and the
-    rest (if any) of a padded head of ``width``: ``(i, i + R/2)`` for ``"half"``,
-    ``(2i, 2i + 1)`` (strided) for ``"interleaved"``."""
+def _segments(static: Static, width: int) -> tuple[list, list, list]:
+    """The feature slices of the pairs' first features, of their second (piece
+    ``i`` of one pairs with piece ``i`` of the other) and of the rest of a padded
+    head of ``width``: ``(i, i + R/2)`` for ``"half"``, ``(2i, 2i + 1)`` (strided)
+    for ``"interleaved"``."""
     assert static.rope is not None
     half, rotated = static.rope.rotated // 2, static.rope.rotated
     if static.rope.layout == "half":
-        pairs = (pl.ds(0, half), pl.ds(half, half))
+        pairs = (_pieces(0, half, 1), _pieces(half, half, 1))
     else:
-        pairs = (pl.ds(0, half, stride=2), pl.ds(1, half, stride=2))
-    return pairs + ((pl.ds(rotated, width - rotated),) if width > rotated else ())
+        pairs = (_pieces(0, half, 2), _pieces(1, half, 2))
+    return (*pairs, _pieces(rotated, width - rotated, 1))
 
 
-def _loadable(n: int) -> bool:
-    return n >= MIN_BLOCK and n & (n - 1) == 0
+def _pieces(start: int, count: int, stride: int) -> list:
+    """``count`` features from ``start``, every ``stride``-th, as slices of powers
+    of two (the binary digits of ``count``, a multiple of 16), largest first."""
+    pieces = []
+    for bit in reversed(range(count.bit_length())):
+        if count >> bit & 1:
+            pieces.append(pl.ds(start, 1 << bit, stride=stride))
+            start += (1 << bit) * stride
+    return pieces
 
 
 def _power_of_two(n: int) -> int:
@@ -117,33 +124,43 @@ def _loaded(
     input's dtype, as the ``"xla"`` path rounds the rotated q and k)."""
     if static.rope is None:
         return ref[rows, :]
-    a, b, *rest = (ref[rows, part] for part in _segments(static, ref.shape[-1]))
-    cos, sin = _cos_sin(static, positions, rope_ref, side)
-    a32, b32 = a.astype(jnp.float32), b.astype(jnp.float32)
-    rotated = (a32 * cos - b32 * sin, b32 * cos + a32 * sin)
-    return (*(x.astype(a.dtype) for x in rotated), *rest)
+    firsts, seconds, rest = _segments(static, ref.shape[-1])
+    a = [ref[rows, part].astype(jnp.float32) for part in firsts]
+    b = [ref[rows, part].astype(jnp.float32) for part in seconds]
+    pairs = zip(a, b, _cos_sin(static, positions, rope_ref, side), strict=True)
+    rotated = [(a * cos - b * sin, b * cos + a * sin) for a, b, (cos, sin) in pairs]
+    dtype = ref.dtype
+    return (
+        *(a.astype(dtype) for a, _ in rotated),
+        *(b.astype(dtype) for _, b in rotated),
+        *(ref[rows, part] for part in rest),
+    )
 
 
-def _cos_sin(static: Static, positions: Any, rope_ref: Any, side: str) -> tuple:
-    """float32 ``a cos(p f)`` and ``a sin(p f)``, ``[rows, R/2]``, from the
-    positions ``[rows]`` and the per-lane rows of
+def _cos_sin(static: Static, positions: Any, rope_ref: Any, side: str) -> list:
+    """Per piece of the pairs, float32 ``a cos(p f)`` and ``a sin(p f)`` ``[rows,
+    piece]`` from the positions ``[rows]`` and the per-lane rows of
     :mod:`flax_posenc.attention._pallas_rope` (read at the pairs' first
     features)."""
-    firsts = _segments(static, rope_ref.shape[-1])[0]
     freq_row = _pallas_rope.Q_FREQ if side == "q" else _pallas_rope.K_FREQ
-    freq = rope_ref[pl.ds(freq_row, 1), firsts]  # [1, R/2]
-    scaling = rope_ref[pl.ds(freq_row + 1, 1), firsts]
-    angles = positions[:, None].astype(jnp.float32) * freq
-    return jnp.cos(angles) * scaling, jnp.sin(angles) * scaling
+    tables = []
+    for firsts in _segments(static, rope_ref.shape[-1])[0]:
+        freq = rope_ref[pl.ds(freq_row, 1), firsts]  # [1, piece]
+        scaling = rope_ref[pl.ds(freq_row + 1, 1), firsts]
+        angles = positions[:, None].astype(jnp.float32) * freq
+        tables.append((jnp.cos(angles) * scaling, jnp.sin(angles) * scaling))
+    return tables
 
 
 def _rotated_back(static: Static, grads: Any, positions: Any, rope_ref: Any, side: str):
     """A float32 gradient of rotated segments carried back to the unrotated ones."""
     if static.rope is None:
         return grads
-    cos, sin = _cos_sin(static, positions, rope_ref, side)
-    a, b, *rest = grads
-    return (a * cos + b * sin, b * cos - a * sin, *rest)
+    tables = _cos_sin(static, positions, rope_ref, side)
+    n = len(tables)
+    pairs = zip(grads[:n], grads[n : 2 * n], tables, strict=True)
+    back = [(a * cos + b * sin, b * cos - a * sin) for a, b, (cos, sin) in pairs]
+    return (*(a for a, _ in back), *(b for _, b in back), *grads[2 * n :])
 
 
 def _store(static: Static, ref: Any, value: Any) -> None:
@@ -152,7 +169,8 @@ def _store(static: Static, ref: Any, value: Any) -> None:
     if not isinstance(value, tuple):
         ref[...] = value
         return
-    for part, segment in zip(_segments(static, ref.shape[-1]), value, strict=True):
+    parts = [part for parts in _segments(static, ref.shape[-1]) for part in parts]
+    for part, segment in zip(parts, value, strict=True):
         ref[:, part] = segment
 
 
