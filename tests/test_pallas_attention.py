@@ -570,11 +570,16 @@ ON_DEVICE = {"gpu": "pallas_gpu", "tpu": "pallas_tpu"}.get(jax.default_backend()
     ON_DEVICE is None,
     reason="no GPU or TPU here: the kernels are checked interpreted and lowered",
 )
-@pytest.mark.parametrize("bias_name", sorted(TRAINABLE))
-def test_compiled_kernel_on_its_device_equals_xla(bias_name):
+@pytest.mark.parametrize(
+    ("bias_name", "rope"),
+    [(name, None) for name in sorted(TRAINABLE)]
+    + [("t5", "half"), ("alibi", "interleaved_96"), ("fire", "dynamic_ntk")],
+)
+def test_compiled_kernel_on_its_device_equals_xla(bias_name, rope):
     """On a GPU or TPU (benchmarks/device_check.sh), the compiled kernel's values and
     gradients against the ``"xla"`` kernel's, at ``L = 512``, ``S = 640``, causal with
-    packed segments, grouped heads, float32 with the matmuls at full precision."""
+    packed segments, grouped heads, float32 with the matmuls at full precision; with
+    RoPE in the kernel (Triton's strided pieces, Mosaic's lane rotations)."""
     make, params = TRAINABLE[bias_name]
     q, k, v = inputs(512, 640, np.float32)
     q_pos, k_pos = np.arange(512) + 128, np.arange(640)
@@ -584,7 +589,8 @@ def test_compiled_kernel_on_its_device_equals_xla(bias_name):
     def loss(q, k, v, params, implementation):
         out = fp.blockwise_attention(
             q, k, v, q_positions=q_pos, k_positions=k_pos, q_segment_ids=q_seg,
-            k_segment_ids=k_seg, bias=make(params), causal=True, block_q=64,
+            k_segment_ids=k_seg, bias=make(params), causal=True, rope=ROPES.get(rope),
+            block_q=64,
             block_k=128 if ON_DEVICE == "pallas_tpu" else 64,
             precision=jax.lax.Precision.HIGHEST, implementation=implementation,
         )  # fmt: skip
