@@ -531,6 +531,29 @@ def sharded(**kwargs):
             r"jax.shard_map.*Hint: call it from the decode step inside jax.shard_map",
         ),
         (
+            lambda: jax.shard_map(
+                lambda q: fp.ring_attention(q, q, q, axis_name="seq"),
+                mesh=mesh_of(),
+                in_specs=P(None, "seq"),
+                out_specs=P(None, "seq"),
+            )(Q),
+            ValueError,
+            r"ring_attention runs inside jax.shard_map\(\.\.\., check_vma=False\), and "
+            r"the enclosing shard_map over 'seq' checks varying axes.*Hint: "
+            r"jax.shard_map\(f, .*check_vma=False\)",
+        ),
+        (
+            lambda: jax.shard_map(
+                lambda q: fp.sharded_kv_cache_attention(q, q, q, axis_name="seq"),
+                mesh=mesh_of(),
+                in_specs=P(),
+                out_specs=P(),
+            )(Q),
+            ValueError,
+            r"sharded_kv_cache_attention runs inside jax.shard_map\(\.\.\., "
+            r"check_vma=False\)",
+        ),
+        (
             lambda: fp.load_balanced_permutation(20, 4),
             ValueError,
             r"`seq_len` \(20\) must be a multiple of 2 \* num_shards \(8\).*pad the "

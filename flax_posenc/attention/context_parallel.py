@@ -123,7 +123,8 @@ def ring_attention(
       q: floating ``[..., L, N, H]``, this device's query block.
       k: floating ``[..., S, K, H]``, its key block (``N`` a multiple of ``K``).
       v: floating ``[..., S, K, Hv]``.
-      axis_name: the mesh axis that splits the sequence (bound by ``shard_map``).
+      axis_name: the mesh axis that splits the sequence (bound by ``shard_map``
+        with ``check_vma=False``).
       q_positions: integer ``[..., L]``, global positions; required with ``bias``,
         ``rope`` or ``causal``.
       k_positions: integer ``[..., S]``; None means ``q_positions``.
@@ -159,7 +160,8 @@ def ring_attention(
       TypeError: what :func:`flax_posenc.blockwise_attention` rejects; a non-str
         ``axis_name``; a ``rope`` that is not a :class:`flax_posenc.RopeConfig`.
       ValueError: what :func:`flax_posenc.blockwise_attention` rejects; an
-        ``axis_name`` not bound by an enclosing ``shard_map``; ``rope`` without
+        ``axis_name`` not bound by an enclosing ``shard_map``, or bound by one
+        with ``check_vma=True``; ``rope`` without
         ``q_positions``; a ``kv_chunks`` that does not divide ``S``.
 
     Examples:
@@ -221,8 +223,8 @@ _UNBOUND_HINTS = {
 
 
 def _check_axis_name(axis_name: Any, *, inside: str | None) -> None:
-    """``axis_name`` a str, and bound by an enclosing ``shard_map`` when
-    ``inside`` names the public function that runs there."""
+    """``axis_name`` a str, and bound by an enclosing ``shard_map`` with
+    ``check_vma=False`` when ``inside`` names the public function that runs there."""
     if not isinstance(axis_name, str):
         raise TypeError(
             f"`axis_name` must be a mesh axis name (str), got {axis_name!r}. Hint: "
@@ -237,6 +239,22 @@ def _check_axis_name(axis_name: Any, *, inside: str | None) -> None:
                 "jax.shard_map over a mesh with that axis, and was called outside "
                 f"one. Hint: {_UNBOUND_HINTS[inside]}"
             ) from None
+        if axis_name in _typed_varying(jax.lax.axis_index(axis_name)):
+            raise ValueError(
+                f"{inside} runs inside jax.shard_map(..., check_vma=False), and the "
+                f"enclosing shard_map over {axis_name!r} checks varying axes "
+                "(check_vma=True, its default): the ring's skipped steps and merged "
+                "statistics are not typed for it. Hint: jax.shard_map(f, mesh=mesh, "
+                "in_specs=..., out_specs=..., check_vma=False)."
+            )
+
+
+def _typed_varying(x: jax.Array) -> frozenset:
+    """The mesh axes ``x``'s type says it varies over, under a ``shard_map`` that
+    checks them (``.vma`` before jax 0.9, ``.manual_axis_type.varying`` since)."""
+    aval = jax.typeof(x)
+    manual = getattr(aval, "manual_axis_type", None)
+    return frozenset(getattr(manual, "varying", getattr(aval, "vma", ())))
 
 
 def _rope_positions(arrays: Arrays) -> tuple[jax.Array, jax.Array]:
@@ -718,7 +736,8 @@ def sharded_kv_cache_attention(
       q: floating ``[..., L, N, H]``, the same on every device of the axis.
       k: floating ``[..., S_local, K, H]``, this device's cache slots.
       v: floating ``[..., S_local, K, Hv]``.
-      axis_name: the mesh axis that splits the cache.
+      axis_name: the mesh axis that splits the cache (bound by ``shard_map`` with
+        ``check_vma=False``).
       q_positions: integer ``[..., L]``, the new tokens' positions; required with
         ``bias`` or ``causal``.
       k_positions: integer ``[..., S_local]``, these slots' positions; None means
@@ -738,7 +757,7 @@ def sharded_kv_cache_attention(
       TypeError: what :func:`flax_posenc.blockwise_attention` rejects; a non-str
         ``axis_name``.
       ValueError: what :func:`flax_posenc.blockwise_attention` rejects; an unbound
-        ``axis_name``.
+        ``axis_name``, or one bound with ``check_vma=True``.
 
     Examples:
       >>> P, AxisType = jax.sharding.PartitionSpec, jax.sharding.AxisType
