@@ -125,9 +125,9 @@ def _loaded(
     if static.rope is None:
         return ref[rows, :]
     firsts, seconds, rest = _segments(static, ref.shape[-1])
-    a = [ref[rows, part].astype(jnp.float32) for part in firsts]
-    b = [ref[rows, part].astype(jnp.float32) for part in seconds]
-    pairs = zip(a, b, _cos_sin(static, positions, rope_ref, side), strict=True)
+    first = [ref[rows, part].astype(jnp.float32) for part in firsts]
+    second = [ref[rows, part].astype(jnp.float32) for part in seconds]
+    pairs = zip(first, second, _cos_sin(static, positions, rope_ref, side), strict=True)
     rotated = [(a * cos - b * sin, b * cos + a * sin) for a, b, (cos, sin) in pairs]
     dtype = ref.dtype
     return (
