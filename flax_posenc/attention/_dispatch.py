@@ -33,10 +33,7 @@ def attention(
     An eager call runs one compiled program per static configuration; under a
     transformation the kernel is traced inline (:mod:`flax_posenc._core.eager`).
     """
-    rotation = spec.rotation
-    if rotation is not None and not in_kernel(spec.options.implementation, rotation):
-        q, k = rotate(q, k, spec)
-        rotation = None
+    q, k, rotation = rotated_unless_in_kernel(q, k, spec)
     bias_arrays, bias_static = _blockwise.split_bias(spec.bias)
     lengths = None if rotation is None else rotation[1:]
     config = None if rotation is None else rotation.config
@@ -46,7 +43,18 @@ def attention(
     return _run(q, k, v, spec.arrays, spec.bias, spec.options, precision, rotation)
 
 
-def in_kernel(implementation: str, rotation: Rotation) -> bool:
+def rotated_unless_in_kernel(
+    q: jax.Array, k: jax.Array, spec: Spec
+) -> tuple[jax.Array, jax.Array, Rotation | None]:
+    """q and k rotated by the spec's RoPE, and None; or, where the implementation's
+    kernel rotates them itself, q and k as given and the rotation it applies."""
+    rotation = spec.rotation
+    if rotation is None or _in_kernel(spec.options.implementation, rotation):
+        return q, k, rotation
+    return (*rotate(q, k, spec), None)
+
+
+def _in_kernel(implementation: str, rotation: Rotation) -> bool:
     """Whether the kernel rotates q and k itself: a Pallas kernel, for float32
     angles at one length per call (one row of frequencies), the GPU one in the
     layouts it loads (:func:`flax_posenc.attention._pallas_gpu.rotates_in_kernel`).

@@ -61,7 +61,6 @@ from flax_posenc.attention._spec import (
     check_call,
     check_settings,
     check_spec,
-    rotate,
     with_causal,
 )
 from flax_posenc.bias.position_bias import PositionBias
@@ -295,11 +294,9 @@ def _local_ring(
     kv_chunks: int | None,
 ) -> jax.Array:
     """The ring on local shards, q and k rotated by the spec's RoPE first unless
-    the kernels rotate them (:func:`flax_posenc.attention._dispatch.in_kernel`)."""
-    implementation, rotation = spec.options.implementation, spec.rotation
-    if rotation is not None and not _dispatch.in_kernel(implementation, rotation):
-        q, k = rotate(q, k, spec)
-        rotation = None
+    the kernels rotate them (:mod:`flax_posenc.attention._dispatch`)."""
+    q, k, rotation = _dispatch.rotated_unless_in_kernel(q, k, spec)
+    implementation = spec.options.implementation
     blocks = _blockwise.prepare(q, k, v, spec.arrays, spec.options)
     if kv_chunks is None:
         kv_chunks = _ring.default_kv_chunks(blocks)
