@@ -28,42 +28,39 @@ Glossary (``docs/glossary.md`` has the table, with transformers' names):
 from typing import TYPE_CHECKING
 
 from flax_posenc import attention, bias, rope
-from flax_posenc._core.exact_angles import AnglePrecision as AnglePrecision
+from flax_posenc._core.exact_angles import AnglePrecision
 from flax_posenc.attention import *  # noqa: F403  (its __all__, added below)
 from flax_posenc.bias import *  # noqa: F403
-from flax_posenc.learned import OutOfRange as OutOfRange
-from flax_posenc.learned import learned_embedding_lookup as learned_embedding_lookup
-from flax_posenc.positions import grid_positions as grid_positions
+from flax_posenc.learned import OutOfRange, learned_embedding_lookup
 from flax_posenc.positions import (
-    inverse_load_balanced_permutation as inverse_load_balanced_permutation,
+    grid_positions,
+    inverse_load_balanced_permutation,
+    load_balanced_permutation,
+    pose_positions,
+    positions_from_offsets,
+    positions_from_padding_mask,
+    positions_from_segment_ids,
+    randomized_positions,
+    relative_positions,
 )
-from flax_posenc.positions import (
-    load_balanced_permutation as load_balanced_permutation,
-)
-from flax_posenc.positions import pose_positions as pose_positions
-from flax_posenc.positions import positions_from_offsets as positions_from_offsets
-from flax_posenc.positions import (
-    positions_from_padding_mask as positions_from_padding_mask,
-)
-from flax_posenc.positions import (
-    positions_from_segment_ids as positions_from_segment_ids,
-)
-from flax_posenc.positions import randomized_positions as randomized_positions
-from flax_posenc.positions import relative_positions as relative_positions
 from flax_posenc.rope import *  # noqa: F403
-from flax_posenc.sinusoidal import SinusoidalLayout as SinusoidalLayout
-from flax_posenc.sinusoidal import SinusoidalSpacing as SinusoidalSpacing
-from flax_posenc.sinusoidal import sinusoidal_encoding as sinusoidal_encoding
-from flax_posenc.sinusoidal import sinusoidal_inv_freq as sinusoidal_inv_freq
-from flax_posenc.sinusoidal import sinusoidal_table as sinusoidal_table
+from flax_posenc.sinusoidal import (
+    SinusoidalLayout,
+    SinusoidalSpacing,
+    sinusoidal_encoding,
+    sinusoidal_inv_freq,
+    sinusoidal_table,
+)
 
 if TYPE_CHECKING:  # loaded on first use (below): they need chex and the HF table
-    from flax_posenc import testing as testing
-    from flax_posenc.hf import HFRope as HFRope
-    from flax_posenc.hf import LayerRope as LayerRope
-    from flax_posenc.hf import hf_decode_seq_lens as hf_decode_seq_lens
-    from flax_posenc.hf import read_hf_rope as read_hf_rope
-    from flax_posenc.hf import rope_config_from_hf as rope_config_from_hf
+    from flax_posenc import testing
+    from flax_posenc.hf import (
+        HFRope,
+        LayerRope,
+        hf_decode_seq_lens,
+        read_hf_rope,
+        rope_config_from_hf,
+    )
 
 __version__ = "0.2.0"
 

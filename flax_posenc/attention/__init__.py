@@ -9,34 +9,19 @@ online-softmax kernel (``_blockwise``; on a ring, ``_ring``).
 from __future__ import annotations
 
 from flax_posenc.attention.attention_fn import (
-    attention_fn_override as attention_fn_override,
+    attention_fn_override,
+    blockwise_attention_fn,
+    positional_attention_fn,
 )
-from flax_posenc.attention.attention_fn import (
-    blockwise_attention_fn as blockwise_attention_fn,
-)
-from flax_posenc.attention.attention_fn import (
-    positional_attention_fn as positional_attention_fn,
-)
-from flax_posenc.attention.blockwise import (
-    AttentionImplementation as AttentionImplementation,
-)
-from flax_posenc.attention.blockwise import blockwise_attention as blockwise_attention
-from flax_posenc.attention.context_parallel import ring_attention as ring_attention
+from flax_posenc.attention.blockwise import AttentionImplementation, blockwise_attention
 from flax_posenc.attention.context_parallel import (
-    ring_attention_fn as ring_attention_fn,
+    ring_attention,
+    ring_attention_fn,
+    sharded_kv_cache_attention,
+    sharded_ring_attention,
 )
-from flax_posenc.attention.context_parallel import (
-    sharded_kv_cache_attention as sharded_kv_cache_attention,
-)
-from flax_posenc.attention.context_parallel import (
-    sharded_ring_attention as sharded_ring_attention,
-)
-from flax_posenc.attention.dual_chunk import (
-    dual_chunk_attention as dual_chunk_attention,
-)
-from flax_posenc.attention.self_extend import (
-    self_extend_attention as self_extend_attention,
-)
+from flax_posenc.attention.dual_chunk import dual_chunk_attention
+from flax_posenc.attention.self_extend import self_extend_attention
 
 __all__ = [
     "AttentionImplementation",
