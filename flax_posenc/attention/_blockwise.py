@@ -1,22 +1,14 @@
 """Blockwise attention's unchecked kernel: the one online softmax of the package.
 
-Every attention entry point checks its arguments into a
-:class:`flax_posenc.attention._spec.Spec` and calls :func:`attention` (or, on a ring,
-:mod:`flax_posenc.attention._ring`): :func:`prepare` turns the checked inputs into a
-:class:`Blocks` record (flattened batch, grouped heads, int32 rows, normalised mask,
-block sizes, scale), and :func:`online_softmax` walks query blocks and, inside each,
-key blocks. Every tile helper takes the record or its arrays as arguments.
-
-Ring attention reuses the same tile step with the statistics carried between calls:
-:func:`init_stats`, then :func:`accumulate` once per key/value block that arrives,
-then :func:`normalise` and :func:`from_stats_layout`.
-
-A tile's logits come from the record's strategy (:class:`Logits`): :func:`dot_logits`
-for every entry point above; :class:`RemappedLogits` for Self-Extend and dual chunk
-attention (:mod:`flax_posenc.attention.self_extend`,
-:mod:`flax_posenc.attention.dual_chunk`), whose q and k are copies rotated at remapped
-positions (:func:`rotated_copies`), one pair of copies chosen per (query, key) pair. Masking, bias, tile skipping and the online
-softmax are the same for both.
+Every entry point checks its arguments into a :class:`flax_posenc.attention._spec.Spec`;
+:func:`prepare` turns the checked inputs into :class:`Blocks` (flattened batch,
+grouped heads, int32 rows, normalised mask, block sizes, scale), and
+:func:`online_softmax` walks query blocks and, inside each, key blocks. Ring
+attention carries the statistics between calls instead: :func:`init_stats`, then
+:func:`accumulate_in_place` per key/value block that arrives, then
+:func:`normalise`. A tile's logits come from the blocks' strategy (:class:`Logits`):
+:func:`dot_logits`, or :class:`RemappedLogits` for Self-Extend and dual chunk
+attention; masking, bias, tile skipping and the online softmax are the same.
 """
 
 from __future__ import annotations

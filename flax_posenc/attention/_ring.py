@@ -1,19 +1,13 @@
 """Ring attention's unchecked core (see :mod:`flax_posenc.attention.context_parallel`).
 
 Runs inside ``shard_map`` on one device's shards. :func:`attention` passes the key /
-value block (with its positions and segment ids) ``n - 1`` times around the ring
-(``ppermute`` from device ``i`` to ``i + 1``) and feeds each block that arrives to
-the blockwise kernel's :func:`flax_posenc.attention._blockwise.accumulate`, carrying the
-online softmax's statistics between blocks. Its gradient is a ``custom_vjp``: the
-forward keeps only the local inputs, the output and the row log-sum-exp; the
-backward sends the key/value blocks around the ring once more, each with its
-``dk``/``dv`` accumulator (which then takes one more step home), and recomputes each
-block's tiles with the final log-sum-exp (flash attention's backward), so no device
-ever holds more than two key/value blocks and its own query block. With
-``kv_chunks`` the block goes round as that many chunks in turn (each a whole ring
-of its own), so two chunks are in flight instead of two blocks. :func:`decode`
-attends a query against a sequence-sharded cache and merges the devices' statistics
-with one all-gather.
+value block (with its positions and segment ids) ``n - 1`` times around the ring and
+feeds each block that arrives to the blockwise kernel, carrying the online softmax's
+statistics. Its ``custom_vjp`` keeps the local inputs, the output and the row
+log-sum-exp; the backward sends the blocks round again, each with its ``dk``/``dv``
+accumulator, and recomputes tiles from the log-sum-exp (flash attention's backward).
+With ``kv_chunks`` a block goes round as that many chunks in turn. :func:`decode`
+merges the devices' statistics over a sequence-sharded cache with one all-gather.
 """
 
 from __future__ import annotations
@@ -117,12 +111,8 @@ def attention(
     precision: Any,
     kv_chunks: int = 1,
 ) -> jax.Array:
-    """Ring attention of prepared local blocks, ``[..., L, N, Hv]`` in q's dtype.
-
-    ``kv_chunks`` (dividing the local key length): the key/value block goes round
-    the ring as that many chunks, one after the other, so a device holds one
-    chunk in use and one arriving instead of two whole blocks; ``kv_chunks (n -
-    1)`` permutes per tensor, the same bytes."""
+    """Ring attention of prepared local blocks, ``[..., L, N, Hv]`` in q's dtype;
+    the key/value block goes round as ``kv_chunks`` chunks (dividing its length)."""
     size = axis_size(axis_name)
     if size == 1:
         return _blockwise.online_softmax(blocks, bias, precision)

@@ -2,24 +2,15 @@
 
 :func:`positional_attention_fn` wraps an attention function (Flax's
 ``dot_product_attention`` by default, or ``jax.nn.dot_product_attention``) so that it
-rotates q and k with RoPE and/or adds a position bias (ALiBi, T5) before attending.
-Pass the result as ``attention_fn=`` to ``flax.linen.MultiHeadDotProductAttention`` or
-``flax.nnx.MultiHeadAttention``. :func:`blockwise_attention_fn` is the same drop-in
-for a bias *function* of positions (:class:`flax_posenc.AlibiBias`,
-:class:`flax_posenc.RelativeBias`): it attends with the algorithm of
-:func:`flax_posenc.blockwise_attention`, which computes the bias tile by tile: long
-contexts without an ``[B, N, L, S]`` array.
+rotates q and k with RoPE and/or adds a position bias array; :func:`blockwise_attention_fn`
+attends with :func:`flax_posenc.blockwise_attention` instead, a bias *function*
+computed per tile. Pass either as ``attention_fn=`` to
+``flax.linen.MultiHeadDotProductAttention`` or ``flax.nnx.MultiHeadAttention``.
 
-KV-cache decoding. Positions are explicit, so a cache is correct by construction:
-keys are rotated (or biased) at their own positions and the query at the current one.
-With Flax's ``decode=True`` attention the cache holds *unrotated* keys, so pass
-``k_positions`` for every cache slot (``[B, S]``, e.g. ``jnp.arange(S)``) and
-``q_positions`` for the new token (``[B, 1]``, the cache index); slots not yet
-written are masked by Flax. With a hand-written cache, rotate k once with
-:func:`flax_posenc.apply_rope` before writing it and q at its step. For dynamic NTK
-and LongRoPE choose the decode policy: a fixed ``seq_len`` keeps every step on the
-same frequencies; :func:`flax_posenc.hf_decode_seq_lens` reproduces transformers'
-``generate``.
+Positions are explicit, so a KV cache is right by construction: with Flax's
+``decode=True`` cache (unrotated keys) pass ``k_positions`` for every slot and
+``q_positions`` for the new token; slots not written yet are masked by Flax. The
+guide's "Attention drop-in" page shows both, with a KV cache.
 """
 
 from __future__ import annotations
@@ -179,46 +170,40 @@ def blockwise_attention_fn(
 ) -> Callable[..., jax.Array]:
     """A Flax ``attention_fn`` that attends blockwise, the bias computed per tile.
 
-    ``attn(q, k, v, mask=m, ...) = blockwise_attention(RoPE(q, q_positions),
-    RoPE(k, k_positions), v, bias=bias, mask=m, ...)``: long contexts inside Flax's
-    attention modules without an ``[B, N, L, S]`` bias (see
-    :func:`flax_posenc.blockwise_attention`, whose options these are).
+    ``attn(q, k, v, mask=m, ...) = blockwise_attention(q, k, v, mask=m, ...)`` with
+    the options given here: long contexts inside Flax's attention modules without an
+    ``[B, N, L, S]`` bias. Flax's ``mask`` is sliced per tile, and its
+    ``is_causal=True`` (nnx) means ``causal=True``. With Flax's ``decode=True``
+    cache, ``k_positions`` gives every slot's position.
 
     Args:
-      q_positions: integer ``[B, L]`` or ``[L]`` positions of the queries.
-      k_positions: integer ``[B, S]`` or ``[S]``; None means ``q_positions``. With
-        Flax's ``decode=True`` cache, every slot's position.
-      bias: a :class:`flax_posenc.PositionBias` (:class:`flax_posenc.AlibiBias`,
-        :class:`flax_posenc.RelativeBias`, ...), or None for none. A materialised
-        array goes to :func:`flax_posenc.positional_attention_fn` instead.
-      rope: RoPE configuration applied to q and k first, or None.
-      seq_len: for dynamic NTK and LongRoPE, as in
-        :func:`flax_posenc.positional_attention_fn`.
-      k_seq_len: k's own lengths; None means ``seq_len``.
-      causal: mask keys at later positions, ``k_pos > q_pos``; Flax's
-        ``is_causal=True`` (nnx) means the same.
-      q_segment_ids: integer ``[B, L]`` or ``[L]``, packed segments.
-      k_segment_ids: integer ``[B, S]`` or ``[S]``; None means ``q_segment_ids``.
-      scale: the logit scale; None means ``1 / sqrt(H)``.
-      block_q: query rows per tile; None: 512, or 64 for ``"pallas_gpu"``.
-      block_k: keys per tile; None as ``block_q``.
-      implementation: the kernel, as in :func:`flax_posenc.blockwise_attention`
-        (a Pallas one takes no Flax ``mask``: use ``causal`` and segment ids).
+      q_positions: as in :func:`flax_posenc.blockwise_attention`, whose arguments
+        these are (required).
+      k_positions: as there.
+      bias: as there; a materialised array goes to :func:`positional_attention_fn`.
+      rope: as there.
+      seq_len: as there.
+      k_seq_len: as there.
+      causal: as there.
+      q_segment_ids: as there.
+      k_segment_ids: as there.
+      scale: as there.
+      block_q: as there.
+      block_k: as there.
+      implementation: as there (a Pallas kernel takes no Flax ``mask``).
 
     Returns:
       A function with the keywords of Flax's ``dot_product_attention`` that
       ``linen.MultiHeadDotProductAttention`` and ``nnx.MultiHeadAttention`` pass:
       ``(query, key, value, mask=None, ..., dtype=None, precision=None,
-      is_causal=False)``. Flax's ``mask`` is sliced per tile.
+      is_causal=False)``.
 
     Raises:
       ValueError: no ``q_positions``; what :func:`flax_posenc.blockwise_attention`
         rejects; (when called) dropout with ``deterministic=False`` or
         ``sow_weights=True``: blockwise attention has no dropout and forms no
         attention weights.
-      TypeError: non-integer positions or segment ids, a ``rope`` that is not a
-        :class:`flax_posenc.RopeConfig`, a ``bias`` that is not a function, a
-        non-bool ``causal``, non-int block sizes.
+      TypeError: what :func:`flax_posenc.blockwise_attention` rejects.
 
     Examples:
       ALiBi per tile in ``flax.linen.MultiHeadDotProductAttention``, causal from the

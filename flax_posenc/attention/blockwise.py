@@ -1,10 +1,9 @@
 """Blockwise attention: position biases computed per tile, never as ``[N, L, S]``.
 
-``alibi_bias`` and ``relative_position_bias`` return ``[B, N, L, S]``: at
-``L = S = 32768`` and 16 heads that is 64 GiB of float32. :func:`blockwise_attention`
-instead walks over query blocks and, inside each, over key blocks, computes the bias
-of each ``[block_q, block_k]`` tile from the positions, and accumulates the softmax
-online (flash attention's algorithm, in pure JAX)::
+``alibi_bias`` and ``relative_position_bias`` return ``[B, N, L, S]``, 64 GiB of
+float32 at ``L = S = 32768`` and 16 heads. :func:`blockwise_attention` walks query
+blocks and, inside each, key blocks, computes each tile's bias from the positions
+and accumulates the softmax online (flash attention's algorithm, in JAX)::
 
     s    = scale * q_i . k_j + bias(q_pos_i, k_pos_j)     masked to -inf
     m'   = max(m, max_j s)                                 running row maximum
@@ -12,19 +11,10 @@ online (flash attention's algorithm, in pure JAX)::
     acc' = acc * exp(m - m') + sum_j exp(s - m') v_j
     out  = acc / l                                         after the last key block
 
-Statistics and accumulators are float32; only ``[block_q, block_k]`` tiles of logits
-exist. Both loop bodies are rematerialised (``jax.checkpoint``), so the backward pass
-recomputes tiles instead of storing them: it keeps one ``[block_q, N, H]``
-accumulator per key block of the query block it is differentiating.
-
-A bias is a :class:`flax_posenc.PositionBias`, a function ``bias(q_positions [...,
-l], k_positions [..., s]) -> [..., N, l, s]``; :class:`flax_posenc.AlibiBias` and
-:class:`flax_posenc.RelativeBias` give ALiBi and T5's learned buckets with exactly the
-conventions of :func:`flax_posenc.alibi_bias` and
-:func:`flax_posenc.relative_position_bias`. RoPE
-composes: ``rope=`` rotates q and k at their positions first (the Pallas kernels
-rotate each tile in fast memory), or let
-:func:`flax_posenc.blockwise_attention_fn` do both inside Flax's attention modules.
+Statistics are float32, and the loops are rematerialised: the backward pass
+recomputes tiles instead of storing them. A bias is a
+:class:`flax_posenc.PositionBias`; ``rope=`` rotates q and k at their positions
+first (the Pallas kernels, per tile in fast memory).
 
 Reference: Dao et al., "FlashAttention", NeurIPS 2022; Rabe and Staats,
 "Self-attention Does Not Need O(n^2) Memory", 2021.
@@ -118,15 +108,12 @@ def blockwise_attention(
       block_k: keys per tile (``min(block_k, S)`` is used); None as ``block_q``.
       precision: ``jax.lax.Precision`` of the two matmuls (as in
         ``jnp.einsum``); None is the backend default.
-      implementation: the kernel (see :data:`flax_posenc.AttentionImplementation`
-        and the guide's "Attention on TPU and GPU"): ``"xla"`` (the default, every
-        backend), ``"pallas_tpu"`` (TPU flash attention with the bias and RoPE
-        computed in the kernel, forward and backward; no ``mask``, ``block_q`` a
-        multiple of 8 and ``block_k`` of 128, a bias with ``kernel_form()``; exact
-        RoPE angles and per-token lengths rotate q and k before it),
-        ``"pallas_gpu"`` (GPU flash attention, Triton, the bias and RoPE in the
-        kernel; block sizes powers of two of at least 16), or either with
-        ``"_interpret"`` (that kernel in Pallas's interpreter, on CPU).
+      implementation: the kernel, :data:`flax_posenc.AttentionImplementation`:
+        ``"xla"`` (the default, every backend), ``"pallas_tpu"`` or ``"pallas_gpu"``
+        (flash attention with the bias and RoPE computed in the kernel; no
+        ``mask``, a bias with ``kernel_form()``, block sizes on the hardware's
+        tiling; the guide's "Attention on TPU and GPU"), or either's
+        ``"_interpret"`` form (Pallas's interpreter, on CPU).
 
     Returns:
       ``[..., L, N, Hv]`` in q's dtype.
@@ -134,17 +121,15 @@ def blockwise_attention(
     Raises:
       TypeError: non-floating q/k/v, non-integer positions or segment ids, a
         non-numeric ``mask``, a non-bool ``causal``, a ``bias`` that is not
-        callable, non-int block sizes, a ``rope`` that is not a
-        :class:`flax_posenc.RopeConfig`; a Pallas ``implementation`` with a bias
-        that has no ``kernel_form()``.
-      ValueError: ``rope`` without ``q_positions`` or with another head size, a
-        length below the positions it serves; mismatched shapes or heads (``N % K``, ``AlibiBias.num_heads`` or
-        the table's heads against q's ``N``), ``bias``/``causal`` without
-        ``q_positions``, positions or segment ids that break the positions rule, a
-        bias tile of the wrong shape, a ``mask`` that does not broadcast, a
-        ``scale <= 0``, block sizes ``<= 0``; an unknown ``implementation``; a
-        Pallas one with a ``mask`` or block sizes off its tiling, or lowered off its
-        platform.
+        callable (or, for a Pallas kernel, has no ``kernel_form()``), non-int block
+        sizes, a ``rope`` that is not a :class:`flax_posenc.RopeConfig`.
+      ValueError: mismatched shapes or heads; ``bias``, ``causal`` or ``rope``
+        without ``q_positions``; positions or segment ids that break the positions
+        rule; a bias tile of the wrong shape; a ``mask`` that does not broadcast;
+        ``rope`` of another head size or a length below the positions it serves;
+        ``scale <= 0`` or block sizes ``<= 0``; an unknown ``implementation``, or
+        a Pallas one with a ``mask``, block sizes off its tiling, or lowered off
+        its platform.
 
     Examples:
       ALiBi over 4096 tokens without the ``[4, 4096, 4096]`` bias:

@@ -1,42 +1,23 @@
 """Context parallelism: attention over a sequence sharded across devices (a ring).
 
 With the sequence split over a mesh axis of ``n`` devices, each device keeps its
-query block and its key/value block; the key/value blocks travel the ring
-(``jax.lax.ppermute``, device ``i`` to ``i + 1``), ``n - 1`` steps, each carrying its
-positions and segment ids. Every block that arrives is attended with the kernel of
-:func:`flax_posenc.blockwise_attention` (the same online softmax and the same
-per-tile biases computed from global positions), so no device ever holds an
-``[N, L, S]`` bias or the full K/V::
+query block while the key/value blocks, with their positions and segment ids, travel
+the ring (``jax.lax.ppermute``, ``n - 1`` steps). Each block that arrives is attended
+by the kernel of :func:`flax_posenc.blockwise_attention`, the online softmax's
+statistics carried from step to step; steps with nothing to attend (causal, disjoint
+segments) are skipped, and the gradient runs the transposed ring from the forward's
+log-sum-exp, so a device holds ``O(L / n)``, never the full K/V or an ``[N, L, S]``
+bias. Positions are global, so RoPE, biases, packed segments and a load-balanced
+layout (:func:`flax_posenc.load_balanced_permutation`) need no special case. The
+guide's "Context parallelism" page has the algorithm and the memory figures.
 
-    device i, step t:  stats_i = online_softmax(stats_i, q_i, k_{i-t}, v_{i-t},
-                                                bias(q_pos_i, k_pos_{i-t}))
-    out_i = acc_i / denominator_i                          after n blocks
-
-Ring steps whose block is fully masked (causal: every key later than every query;
-disjoint segment ids) are skipped, as are fully masked tiles inside a step. The
-gradient runs the transposed ring (the key/value blocks go round again with their
-``dk``/``dv`` accumulators) and recomputes tiles from the forward's log-sum-exp, so
-memory per device stays ``O(L / n)``. With ``kv_chunks`` each block goes round as
-that many chunks in turn: less in flight, more permutes of the same bytes. By
-default the chunks are chosen from the shapes, so that the keys and values in
-flight stay small next to the output accumulator.
-
-Positions are global (a shard's positions are its tokens' positions in the whole
-sequence), so RoPE, ALiBi and T5 buckets need no special case, packed segments may
-cross shard boundaries, and a load-balanced causal layout
-(:func:`flax_posenc.load_balanced_permutation`) is a permutation of tokens that the positions
-follow.
-
-* :func:`ring_attention` runs inside ``jax.shard_map`` on local shards, given the
-  axis name.
-* :func:`sharded_ring_attention` takes global ``[B, L, N, H]`` arrays and a mesh.
-* :func:`ring_attention_fn` is the same as a Flax ``attention_fn``.
-* :func:`sharded_kv_cache_attention` decodes against a cache split over the axis,
-  merging the devices' partial softmax statistics with one collective.
+* :func:`ring_attention` runs inside ``jax.shard_map`` on local shards;
+* :func:`sharded_ring_attention` takes global ``[B, L, N, H]`` arrays and a mesh;
+* :func:`ring_attention_fn` is the same as a Flax ``attention_fn``;
+* :func:`sharded_kv_cache_attention` decodes against a cache split over the axis.
 
 Reference: Liu, Zaharia and Abbeel, "Ring Attention with Blockwise Transformers for
-Near-Infinite Context", 2023; Brandon et al., "Striped Attention", 2023 (load
-balance); Dao et al., "FlashAttention", 2022.
+Near-Infinite Context", 2023; Brandon et al., "Striped Attention", 2023.
 """
 
 from __future__ import annotations
@@ -106,62 +87,49 @@ def ring_attention(
     """Ring attention inside ``jax.shard_map``: this device's queries against every
     device's keys.
 
-    Called on the local shards of a sequence split over mesh axis ``axis_name``
-    (``n`` devices): the result equals :func:`flax_posenc.blockwise_attention` of
-    the gathered arrays, rows of this device's queries (see the module docstring).
-    Options mean what they mean there; positions and segment ids are this shard's
-    values of the *global* ones (never ``arange`` of the shard).
-
-    RoPE: with ``rope``, q and k are rotated here at their positions. For dynamic NTK
-    and LongRoPE, ``seq_len=None`` means the *global* ``max(positions) + 1``, the
-    maximum over the ring axis (one scalar all-reduce); a shard-local length cannot
-    happen. Give ``seq_len`` (static: no collective) when other mesh axes split the
-    batch and the unsharded run uses the whole batch's maximum.
+    Called on the local shards of a sequence split over mesh axis ``axis_name``: the
+    result is this device's rows of :func:`flax_posenc.blockwise_attention` of the
+    gathered arrays, whose arguments these are. Positions and segment ids are this
+    shard's values of the *global* ones (never ``arange`` of the shard). For dynamic
+    NTK and LongRoPE, ``seq_len=None`` is the global ``max(positions) + 1`` (one
+    scalar all-reduce over the ring); give ``seq_len`` when other mesh axes split
+    the batch and the unsharded run uses the whole batch's maximum.
 
     Args:
       q: floating ``[..., L, N, H]``, this device's query block.
       k: floating ``[..., S, K, H]``, its key block (``N`` a multiple of ``K``).
       v: floating ``[..., S, K, Hv]``.
-      axis_name: the mesh axis that splits the sequence (bound by ``shard_map``
-        with ``check_vma=False``).
-      q_positions: integer ``[..., L]``, global positions; required with ``bias``,
-        ``rope`` or ``causal``.
-      k_positions: integer ``[..., S]``; None means ``q_positions``.
-      bias: a :class:`flax_posenc.PositionBias` (:class:`flax_posenc.AlibiBias`,
-        :class:`flax_posenc.RelativeBias`, ...). Its array leaves (a T5 table) get
-        gradients; a plain function's closed-over arrays do not.
-      rope: a :class:`flax_posenc.RopeConfig` applied to q and k first, or None.
+      axis_name: the mesh axis that splits the sequence, bound by ``shard_map``
+        with ``check_vma=False``.
+      q_positions: integer ``[..., L]``, global positions.
+      k_positions: integer ``[..., S]``, global; None means ``q_positions``.
+      bias: a :class:`flax_posenc.PositionBias`, or None.
+      rope: a :class:`flax_posenc.RopeConfig`, or None; the Pallas kernels rotate
+        each step's q and k tiles where they can.
       seq_len: for dynamic NTK and LongRoPE (see above).
       causal: mask keys at later positions, ``k_pos > q_pos``.
       q_segment_ids: integer ``[..., L]``; packing, padding as its own id.
       k_segment_ids: integer ``[..., S]``; None means ``q_segment_ids``.
       scale: the logit scale; None means ``1 / sqrt(H)``.
-      block_q: query rows per tile; None: 512, or 64 for ``"pallas_gpu"``.
-      block_k: keys per tile; None as ``block_q``.
-      kv_chunks: the key/value block goes round the ring in this many chunks (a
-        divisor of ``S``), one after the other: a device holds ``2 / kv_chunks``
-        of a block in flight instead of two blocks, with ``kv_chunks`` times as
-        many permutes of the same total bytes (1: ``n - 1`` permutes per tensor).
-        None (the default) chooses it from the shapes: the fewest chunks with
-        one chunk of k and v at most an eighth of the float32 accumulator
-        ``[..., L, N, Hv]``, or at most ``block_k`` keys (e.g. 4 with ``N = 8``,
-        ``K = 2`` in float32, 2 with ``K = 1``, on long sequences).
+      block_q: query rows per tile.
+      block_k: keys per tile.
+      kv_chunks: the key/value block goes round in this many chunks (a divisor of
+        ``S``), one after another: ``2 / kv_chunks`` of a block in flight instead
+        of two blocks, for ``kv_chunks`` times the permutes of the same bytes.
+        None chooses the fewest chunks with one chunk of k and v at most an eighth
+        of the float32 accumulator ``[..., L, N, Hv]``, or at most ``block_k`` keys.
       precision: ``jax.lax.Precision`` of the matmuls.
-      implementation: each ring step's kernel, as in
-        :func:`flax_posenc.blockwise_attention` (``"xla"``, ``"pallas_tpu"``,
-        ``"pallas_gpu"`` or their ``"_interpret"`` forms); the kernels rotate
-        each step's q and k tiles by ``rope`` where they can.
+      implementation: each ring step's kernel.
 
     Returns:
       ``[..., L, N, Hv]`` in q's dtype, this device's rows.
 
     Raises:
       TypeError: what :func:`flax_posenc.blockwise_attention` rejects; a non-str
-        ``axis_name``; a ``rope`` that is not a :class:`flax_posenc.RopeConfig`.
+        ``axis_name``.
       ValueError: what :func:`flax_posenc.blockwise_attention` rejects; an
-        ``axis_name`` not bound by an enclosing ``shard_map``, or bound by one
-        with ``check_vma=True``; ``rope`` without
-        ``q_positions``; a ``kv_chunks`` that does not divide ``S``.
+        ``axis_name`` not bound by an enclosing ``shard_map``, or bound with
+        ``check_vma=True``; a ``kv_chunks`` that does not divide ``S``.
 
     Examples:
       >>> P, AxisType = jax.sharding.PartitionSpec, jax.sharding.AxisType
@@ -350,15 +318,12 @@ def sharded_ring_attention(
     """Ring attention of global arrays, the sequence split over ``mesh``'s
     ``axis_name``.
 
-    The thin wrapper around :func:`ring_attention`: ``jax.shard_map`` with q/k/v
-    ``[B, L, N, H]`` split as ``P(batch_axis, axis_name)``, positions and segment
-    ids with them, the bias's arrays replicated. Equals
-    :func:`flax_posenc.blockwise_attention` of the same arguments within float32
-    rounding. Under ``jit`` the inputs may arrive with any sharding (the partitioner
-    moves them); give them this layout to avoid the move.
-
-    RoPE: ``seq_len=None`` for dynamic NTK / LongRoPE is the global
-    ``max(positions) + 1`` (of the whole batch, as unsharded).
+    :func:`ring_attention` in a ``jax.shard_map`` with q/k/v ``[B, L, N, H]`` split
+    as ``P(batch_axis, axis_name)``, positions and segment ids with them, the bias's
+    arrays replicated; equal to :func:`flax_posenc.blockwise_attention` of the same
+    arguments within float32 rounding. Under ``jit`` the inputs may come with any
+    sharding (the partitioner moves them); this layout avoids the move. For dynamic
+    NTK and LongRoPE, ``seq_len=None`` is the whole batch's ``max(positions) + 1``.
 
     Args:
       q: floating ``[B, L, N, H]``, ``L`` a multiple of the axis size ``n``.
@@ -367,26 +332,20 @@ def sharded_ring_attention(
       mesh: the ``jax.sharding.Mesh``.
       axis_name: the mesh axis that splits the sequence.
       batch_axis: a mesh axis that splits the batch too (data parallel), or None.
-      q_positions: integer ``[L]`` or ``[B, L]`` (``[1, L]``), global positions.
+      q_positions: integer ``[L]`` or ``[B, L]``, global positions.
       k_positions: integer ``[S]`` or ``[B, S]``; None means ``q_positions``.
-      bias: a :class:`flax_posenc.PositionBias`, or None.
-      rope: a :class:`flax_posenc.RopeConfig` applied to q and k first, or None.
-      seq_len: for dynamic NTK and LongRoPE; None: the global length.
-      causal: mask keys at later positions.
+      bias: as in :func:`ring_attention`.
+      rope: as in :func:`ring_attention`.
+      seq_len: as in :func:`ring_attention`.
+      causal: as in :func:`ring_attention`.
       q_segment_ids: integer ``[L]`` or ``[B, L]``.
       k_segment_ids: integer ``[S]`` or ``[B, S]``; None means ``q_segment_ids``.
-      scale: the logit scale; None means ``1 / sqrt(H)``.
-      block_q: query rows per tile (of a shard); None: 512, or 64 for
-        ``"pallas_gpu"``.
-      block_k: keys per tile; None as ``block_q``.
-      kv_chunks: chunks per key/value block on the ring (a divisor of ``S / n``),
-        or None (the default) to choose them from the shapes; see
-        :func:`ring_attention`.
-      precision: ``jax.lax.Precision`` of the matmuls.
-      implementation: each ring step's kernel, as in
-        :func:`flax_posenc.blockwise_attention` (``"xla"``, ``"pallas_tpu"``,
-        ``"pallas_gpu"`` or their ``"_interpret"`` forms); the kernels rotate
-        each step's q and k tiles by ``rope`` where they can.
+      scale: as in :func:`ring_attention`.
+      block_q: query rows per tile of a shard.
+      block_k: keys per tile of a shard.
+      kv_chunks: as in :func:`ring_attention`, a divisor of ``S / n``.
+      precision: as in :func:`ring_attention`.
+      implementation: as in :func:`ring_attention`.
 
     Returns:
       ``[B, L, N, Hv]`` in q's dtype, sharded like q.
@@ -395,8 +354,7 @@ def sharded_ring_attention(
       TypeError: what :func:`ring_attention` rejects; a ``mesh`` that is not a
         ``jax.sharding.Mesh``.
       ValueError: what :func:`ring_attention` rejects; q/k/v not of rank 4; an
-        axis not in the mesh; ``L``, ``S`` or ``B`` not divisible by their axis;
-        a ``kv_chunks`` that does not divide ``S / n``.
+        axis not in the mesh; ``L``, ``S`` or ``B`` not divisible by their axis.
 
     Examples:
       T5 buckets over 8 devices, packed segments across shard boundaries:
@@ -613,32 +571,28 @@ def ring_attention_fn(
 
     The drop-in for ``nnx.MultiHeadAttention`` / ``linen.MultiHeadDotProductAttention``
     under a mesh: ``attn(q, k, v, ...) = sharded_ring_attention(q, k, v, mesh=mesh,
-    axis_name=axis_name, ...)`` with the options given here (see
-    :func:`sharded_ring_attention`); the module's projections stay ordinary sharded
-    matmuls, and attention is the only place that communicates. Use it under
-    ``jax.jit`` with the activations sharded ``P(batch_axis, axis_name)``.
+    axis_name=axis_name, ...)`` with the options given here. The module's
+    projections stay ordinary sharded matmuls, and attention is the only place that
+    communicates. Use it under ``jax.jit``, the activations sharded
+    ``P(batch_axis, axis_name)``; Flax's ``is_causal=True`` means ``causal=True``.
 
     Args:
-      mesh: the ``jax.sharding.Mesh``.
-      axis_name: the mesh axis that splits the sequence.
-      q_positions: integer ``[L]`` or ``[B, L]``, global positions.
-      k_positions: integer ``[S]`` or ``[B, S]``; None means ``q_positions``.
-      batch_axis: a mesh axis that splits the batch too, or None.
-      bias: a :class:`flax_posenc.PositionBias`, or None.
-      rope: a :class:`flax_posenc.RopeConfig` applied to q and k first, or None.
-      seq_len: for dynamic NTK and LongRoPE; None: the global length.
-      causal: mask keys at later positions; Flax's ``is_causal=True`` means the same.
-      q_segment_ids: integer ``[L]`` or ``[B, L]``, packed segments and padding.
-      k_segment_ids: integer ``[S]`` or ``[B, S]``; None means ``q_segment_ids``.
-      scale: the logit scale; None means ``1 / sqrt(H)``.
-      block_q: query rows per tile; None: 512, or 64 for ``"pallas_gpu"``.
-      block_k: keys per tile; None as ``block_q``.
-      kv_chunks: chunks per key/value block on the ring, or None (the default)
-        to choose them from the shapes; see :func:`ring_attention`.
-      implementation: each ring step's kernel, as in
-        :func:`flax_posenc.blockwise_attention` (``"xla"``, ``"pallas_tpu"``,
-        ``"pallas_gpu"`` or their ``"_interpret"`` forms); the kernels rotate
-        each step's q and k tiles by ``rope`` where they can.
+      mesh: as in :func:`sharded_ring_attention`, whose arguments these are.
+      axis_name: as there.
+      q_positions: as there (required).
+      k_positions: as there.
+      batch_axis: as there.
+      bias: as there.
+      rope: as there.
+      seq_len: as there.
+      causal: as there.
+      q_segment_ids: as there.
+      k_segment_ids: as there.
+      scale: as there.
+      block_q: as there.
+      block_k: as there.
+      kv_chunks: as there.
+      implementation: as there.
 
     Returns:
       A function with the keywords of Flax's ``dot_product_attention``.
@@ -722,30 +676,28 @@ def sharded_kv_cache_attention(
 ) -> jax.Array:
     """Decoding against a KV cache split over a mesh axis, inside ``jax.shard_map``.
 
-    Every device holds the same queries (a decode step: ``L = 1``, or a short
-    chunk) and its slice of the cache ``k, v [..., S / n, K, H]`` with those slots'
-    positions. Each device attends its slice blockwise; the partial ``(max, sum,
-    acc)`` statistics of the ``n`` devices are merged with one all-gather
-    (``O(n L N Hv)`` floats, never the cache), and every device returns the full
-    result, equal to :func:`flax_posenc.blockwise_attention` over the whole cache.
+    Every device holds the same queries (a decode step, or a short chunk) and its
+    slice of the cache with those slots' positions. Each attends its slice
+    blockwise; the devices' partial ``(max, sum, acc)`` statistics are merged with
+    one all-gather (``O(n L N Hv)`` floats, never the cache), and every device
+    returns :func:`flax_posenc.blockwise_attention` over the whole cache.
 
     Args:
       q: floating ``[..., L, N, H]``, the same on every device of the axis.
       k: floating ``[..., S_local, K, H]``, this device's cache slots.
       v: floating ``[..., S_local, K, Hv]``.
-      axis_name: the mesh axis that splits the cache (bound by ``shard_map`` with
-        ``check_vma=False``).
-      q_positions: integer ``[..., L]``, the new tokens' positions; required with
-        ``bias`` or ``causal``.
+      axis_name: the mesh axis that splits the cache, bound by ``shard_map`` with
+        ``check_vma=False``.
+      q_positions: integer ``[..., L]``, the new tokens' positions.
       k_positions: integer ``[..., S_local]``, these slots' positions; None means
-        ``q_positions`` (then ``S_local == L``).
-      bias: a :class:`flax_posenc.PositionBias`, or None.
-      causal: mask keys at later positions.
-      mask: bool or 0/1 numeric, broadcastable to ``[..., N, L, S_local]``, this
-        slice's mask (e.g. slots not written yet).
-      scale: the logit scale; None means ``1 / sqrt(H)``.
+        ``q_positions``.
+      bias: as in :func:`flax_posenc.blockwise_attention`.
+      causal: as there.
+      mask: as there, this slice's ``[..., N, L, S_local]`` (e.g. slots not
+        written yet).
+      scale: as there.
       block_k: cache slots per tile.
-      precision: ``jax.lax.Precision`` of the matmuls.
+      precision: as there.
 
     Returns:
       ``[..., L, N, Hv]`` in q's dtype, the same on every device.

@@ -1,44 +1,27 @@
 """Dual chunk attention (An et al., 2024), as Qwen2.5-1M publishes and vLLM runs it.
 
 A RoPE model trained at ``chunk_size`` reads far longer inputs by cutting positions
-into chunks of ``c = chunk_size - local_size`` and giving each query three position
-indices, one per relation of the key's chunk to its own (keys at ``j % c`` in all
-three)::
+into chunks of ``c = chunk_size - local_size``; keys sit at ``j % c`` and each query
+at one of three positions, by its chunk's relation to the key's::
 
     key in the query's chunk       (intra):      q at  i % c
     key in the previous chunk      (successive): q at  min(i % c + c, chunk_size)
     key in an earlier chunk        (inter):      q at  min(2 c - 1, chunk_size)
 
-so every relative distance stays below ``chunk_size``, and neighbours across a chunk
-boundary keep their order. These are vLLM's ``DualChunkRotaryEmbedding`` positions
-(``q_cache``, ``qc_cache`` and ``qc_cache[chunk_len - 1]``; ``k_cache`` at ``p %
-chunk_len``) and its prefill's choice of keys per chunk.
+so every relative distance stays below ``chunk_size`` (vLLM's
+``DualChunkRotaryEmbedding`` caches). With ``original_max_position_embeddings = T0 >
+0`` the query and the key of every logit are each scaled by the factor of the step
+that computed them, ``s(n) = max(1, 0.1 ln(n / T0) + 1)`` with ``n =
+max(prompt_length, p + 1)`` for the token at ``p``: ``s(prompt_length)`` squared in
+a prefill, ``s(p + 1) s(max(prompt_length, j + 1))`` for a decode step's key ``j``.
 
-When ``original_max_position_embeddings = T0 > 0``, vLLM scales the query and the
-key of every logit, each by the factor of the step that computed it::
+The three logits are merged per tile inside the online softmax of
+:func:`flax_posenc.blockwise_attention`, which equals vLLM's three flash-attention
+calls merged by their log-sum-exp. vLLM's sparse "critical" queries
+(``sparse_attention_config``) are a speed device and are not implemented.
 
-    s(n) = max(1, 0.1 ln(n / T0) + 1),   n = max(prompt_length, p + 1)
-
-for the token at position ``p``: every prompt token (keys and prefill queries) carries
-``s(prompt_length)``, and a token decoded at position ``p`` carries ``s(p + 1)``, the
-factor of the step that wrote its key and asked its query. So a prefill's logits
-carry ``s(prompt_length)`` squared (vLLM multiplies the keys before caching them and
-the softmax scale again), and a decode step's logit for a key ``j`` carries
-``s(p + 1) s(max(prompt_length, j + 1))``. The floor at 1 leaves a sequence shorter
-than ``T0`` unscaled.
-
-The three logits are merged per tile and folded into the online softmax of
-:func:`flax_posenc.blockwise_attention` (its
-``RemappedLogits`` strategy: grouped k/v heads read
-without a repeat, tiles above the causal diagonal skipped), which equals vLLM's three
-flash-attention calls merged by their log-sum-exp. (vLLM's sparse
-"critical" queries, ``sparse_attention_config``, are a speed device and are not
-implemented.)
-
-Reference: An, Huang, Zhang, Gong, Qiu, Zhou, Kong, "Training-Free Long-Context
-Scaling of Large Language Models", ICML 2024 (Section 3); Qwen2.5-1M's
-``dual_chunk_attention_config``; vLLM's ``dual_chunk_rope.py`` and
-``dual_chunk_flash_attn.py``.
+Reference: An et al., "Training-Free Long-Context Scaling of Large Language Models",
+ICML 2024 (Section 3); vLLM's ``dual_chunk_rope.py`` and ``dual_chunk_flash_attn.py``.
 """
 
 from __future__ import annotations
@@ -81,39 +64,31 @@ def dual_chunk_attention(
 ) -> jax.Array:
     """Causal RoPE attention with dual chunk attention's remapped positions.
 
-    q and k come *unrotated*. The intra / successive / inter logit of each pair is
-    chosen by ``q_pos // c - k_pos // c`` (0, 1, >= 2), merged per tile. With
-    ``config.original_max_position_embeddings > 0`` the logit of a query at ``p``
-    and a key at ``j`` is ``scale s(n_p) s(n_j) q.k``, ``n = max(prompt_length,
-    position + 1)`` (see the module docstring): ``s(prompt_length)**2`` in a
-    prefill; in a decode step ``s(p + 1)`` times the factor the key was cached
-    with, as vLLM computes it. Grouped-query attention as
-    :func:`flax_posenc.blockwise_attention` (k/v heads are not repeated).
+    q and k come *unrotated*. Each pair's intra, successive or inter logit is chosen
+    by ``q_pos // c - k_pos // c`` (0, 1, >= 2), then scaled as the module docstring
+    says. Grouped-query attention as :func:`flax_posenc.blockwise_attention`.
 
     Args:
-      q: floating ``[B, L, N, H]`` or ``[L, N, H]`` (any leading axes: ``[..., L,
-        N, H]``).
-      k: floating ``[B, S, K, H]`` (q's rank), ``N`` a multiple of ``K``.
-      v: floating ``[B, S, K, Hv]``.
-      q_positions: integer ``[B, L]`` or ``[L]``, non-negative.
-      k_positions: integer ``[B, S]`` or ``[S]``; None means ``q_positions`` (a
-        prefill of the whole prompt).
+      q: floating ``[..., L, N, H]``.
+      k: floating ``[..., S, K, H]`` (q's rank), ``N`` a multiple of ``K``.
+      v: floating ``[..., S, K, Hv]``.
+      q_positions: integer ``[..., L]``, non-negative.
+      k_positions: integer ``[..., S]``; None means ``q_positions`` (a prefill of
+        the whole prompt).
       prompt_length: the number of prompt tokens, an int or int ``[B]`` (vLLM's
-        ``prompt_len``, per sequence): tokens past it were decoded one per step.
-        Required with a logit factor when ``k_positions`` is given (a decode
-        step over a key cache, a chunked prefill); None with ``k_positions=None``
-        means ``max(q_positions) + 1`` per sequence.
+        ``prompt_len``); tokens past it were decoded one per step. Required with
+        a logit factor when ``k_positions`` is given (a decode step, a chunked
+        prefill); None with ``k_positions=None`` is ``max(q_positions) + 1``.
       rope: the model's :class:`flax_posenc.RopeConfig`.
       config: a :class:`DualChunkAttentionConfig`.
       scale: the logit scale before DCA's factors; None is ``1 / sqrt(H)``.
       block_q: query rows per tile.
       block_k: keys per tile.
-      precision: ``jax.lax.Precision`` of the two matmuls (as in ``jnp.einsum``);
-        the default, ``HIGHEST``, keeps float32 logits on every backend; None is
-        the backend default.
+      precision: ``jax.lax.Precision`` of the two matmuls; the default, ``HIGHEST``,
+        keeps float32 logits on every backend.
 
     Returns:
-      ``[B, L, N, Hv]`` (or ``[L, N, Hv]``) in q's dtype.
+      ``[..., L, N, Hv]`` in q's dtype.
 
     Raises:
       TypeError: non-floating q/k/v, non-integer positions or ``prompt_length``,

@@ -1,28 +1,21 @@
 """Self-Extend: grouped positions for far tokens, exact ones for neighbours (Jin et
 al., 2024).
 
-A RoPE model trained at length ``T`` sees relative distances ``< T`` only. Self-Extend
-lets it read longer inputs without training: for query position ``i`` and key
-position ``j`` (causal, ``j <= i``) with ``d = i - j``::
+A RoPE model trained at length ``T`` reads longer inputs without training: for query
+position ``i`` and key position ``j <= i`` with ``d = i - j``::
 
     d <  window:  the logit of q rotated at i            and k rotated at j
     d >= window:  the logit of q rotated at i // G + window - window // G
                                and k rotated at j // G
 
-so neighbours keep their exact distance and far keys see the floor-divided ("grouped")
-distance ``i // G - j // G + window - window // G``, which continues the neighbour
-range at ``d = window`` and grows ``G`` times slower; the largest distance for a
-context ``C`` is about ``(C - window) / G + window``, inside ``T`` when ``C <= (T -
-window) G + window``. The two logits are merged per ``[block_q, block_k]`` tile and
-folded into the online softmax of :func:`flax_posenc.blockwise_attention` (its
-``RemappedLogits`` strategy), so no ``[N, L, S]`` array
-is formed, grouped k/v heads are read without a repeat, and tiles above the causal
-diagonal are skipped.
+so neighbours keep their distance and far keys see ``i // G - j // G + window -
+window // G``, which continues the neighbour range and grows ``G`` times slower: a
+context ``C <= (T - window) G + window`` stays inside ``T``. The two logits are
+merged per tile inside the online softmax of :func:`flax_posenc.blockwise_attention`.
 
-Reference: Jin, Han, Yang, Jiang, Liu, Chang, Chen, Hu, "LLM Maybe LongLM:
-Self-Extend LLM Context Window Without Tuning", ICML 2024 (Section 3, eq. 3 and the
-merge of Figure 2); the authors' code (``group_size_1 = G``, ``group_size_2 =
-window``).
+Reference: Jin et al., "LLM Maybe LongLM: Self-Extend LLM Context Window Without
+Tuning", ICML 2024 (Section 3, eq. 3, Figure 2); the authors' code (``group_size_1 =
+G``, ``group_size_2 = window``).
 """
 
 from __future__ import annotations
@@ -59,31 +52,27 @@ def self_extend_attention(
 ) -> jax.Array:
     """Causal RoPE attention with Self-Extend's remapped positions.
 
-    q and k come *unrotated*: they are rotated here at the neighbour and the
-    grouped positions (see the module docstring). Grouped-query attention as
-    :func:`flax_posenc.blockwise_attention` (k/v heads are not repeated). A query
-    with no visible key gets zeros.
+    q and k come *unrotated*: they are rotated here at the neighbour and the grouped
+    positions (see the module docstring). Grouped-query attention as
+    :func:`flax_posenc.blockwise_attention`; a query with no visible key gets zeros.
 
     Args:
-      q: floating ``[B, L, N, H]`` or ``[L, N, H]`` (any leading axes: ``[..., L,
-        N, H]``).
-      k: floating ``[B, S, K, H]`` (the same rank as q), ``N`` a multiple of ``K``.
-      v: floating ``[B, S, K, Hv]``.
-      q_positions: integer ``[B, L]`` or ``[L]``.
-      k_positions: integer ``[B, S]`` or ``[S]``; None means ``q_positions``.
+      q: floating ``[..., L, N, H]``.
+      k: floating ``[..., S, K, H]`` (q's rank), ``N`` a multiple of ``K``.
+      v: floating ``[..., S, K, Hv]``.
+      q_positions: integer ``[..., L]``.
+      k_positions: integer ``[..., S]``; None means ``q_positions``.
       rope: the model's :class:`flax_posenc.RopeConfig` (usually unscaled).
-      group_size: ``G``, the floor divisor of far positions (the authors'
-        ``group_size_1``).
+      group_size: ``G``, the floor divisor of far positions (``group_size_1``).
       window: neighbours closer than this keep exact positions (``group_size_2``).
       scale: the logit scale; None is ``1 / sqrt(H)``.
       block_q: query rows per tile.
       block_k: keys per tile.
-      precision: ``jax.lax.Precision`` of the two matmuls (as in ``jnp.einsum``);
-        the default, ``HIGHEST``, keeps float32 logits on every backend; None is
-        the backend default.
+      precision: ``jax.lax.Precision`` of the two matmuls; the default, ``HIGHEST``,
+        keeps float32 logits on every backend.
 
     Returns:
-      ``[B, L, N, Hv]`` (or ``[L, N, Hv]``) in q's dtype.
+      ``[..., L, N, Hv]`` in q's dtype.
 
     Raises:
       TypeError: non-floating q/k/v, non-integer positions, ``rope`` not a
