@@ -1,8 +1,9 @@
-"""Frozen dataclasses as pytrees whose arrays are leaves."""
+"""Pytrees split into their arrays and the rest: frozen dataclasses registered with
+their arrays as leaves, and any pytree cut into arrays and hashable constants."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 
@@ -28,3 +29,32 @@ def register_fields(
         return value
 
     jax.tree_util.register_pytree_node(cls, flatten, unflatten)
+
+
+class Constants(NamedTuple):
+    """What of a pytree is not an array: its structure and its other leaves."""
+
+    treedef: Any
+    leaves: tuple[Any, ...]  # None where the leaf is an array
+
+
+def split_arrays(tree: Any) -> tuple[list[Any], Constants]:
+    """The array leaves of ``tree`` (to trace and differentiate: a T5 table, FIRE's
+    MLP, positions) and the rest (static: configs, flags, functions);
+    :func:`join_arrays` puts them back together."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    arrays = [x for x in leaves if is_array(x)]
+    rest = tuple(None if is_array(x) else x for x in leaves)
+    return arrays, Constants(treedef, rest)
+
+
+def is_array(x: Any) -> bool:
+    """Whether a leaf is an array (a jax or numpy array, a tracer)."""
+    return hasattr(x, "shape") and hasattr(x, "dtype")
+
+
+def join_arrays(arrays: list[Any], constants: Constants) -> Any:
+    """The pytree of :func:`split_arrays`' parts, with ``arrays`` in place."""
+    it = iter(arrays)
+    leaves = [next(it) if c is None else c for c in constants.leaves]
+    return jax.tree_util.tree_unflatten(constants.treedef, leaves)

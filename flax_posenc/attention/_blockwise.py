@@ -161,30 +161,6 @@ class Tile(NamedTuple):
     keep: jax.Array | None  # bool [B or 1, K or 1, G or 1, block_q, block_k]
 
 
-class BiasStatic(NamedTuple):
-    """What of a bias is not an array: its pytree structure and other leaves."""
-
-    treedef: Any
-    constants: tuple[Any, ...]  # None where the leaf is an array
-
-
-def split_bias(bias: Bias | None) -> tuple[list[Any], BiasStatic]:
-    """The bias's array leaves (traced, differentiable: a T5 table, FIRE's MLP) and
-    the rest; :func:`join_bias` puts them back together."""
-    leaves, treedef = jax.tree_util.tree_flatten(bias)
-    is_array = [hasattr(x, "shape") and hasattr(x, "dtype") for x in leaves]
-    arrays = [x for x, a in zip(leaves, is_array, strict=True) if a]
-    constants = tuple(None if a else x for x, a in zip(leaves, is_array, strict=True))
-    return arrays, BiasStatic(treedef, constants)
-
-
-def join_bias(arrays: list[Any], static: BiasStatic) -> Any:
-    """The bias of :func:`split_bias`'s parts, with ``arrays`` in place."""
-    it = iter(arrays)
-    leaves = [next(it) if c is None else c for c in static.constants]
-    return jax.tree_util.tree_unflatten(static.treedef, leaves)
-
-
 def prepare(
     q: jax.Array, k: jax.Array, v: jax.Array, arrays: Arrays, options: Options
 ) -> Blocks:

@@ -19,6 +19,7 @@ from typing import Any
 import jax
 
 from flax_posenc._core.eager import eager_compiled
+from flax_posenc._core.pytree import Constants, join_arrays, split_arrays
 from flax_posenc.attention import _blockwise, _pallas_flash, _pallas_gpu, _pallas_tpu
 from flax_posenc.attention._spec import Arrays, Bias, Options, Rotation, Spec, rotate
 
@@ -34,7 +35,7 @@ def attention(
     transformation the kernel is traced inline (:mod:`flax_posenc._core.eager`).
     """
     q, k, rotation = rotated_unless_in_kernel(q, k, spec)
-    bias_arrays, bias_static = _blockwise.split_bias(spec.bias)
+    bias_arrays, bias_static = split_arrays(spec.bias)
     lengths = None if rotation is None else rotation[1:]
     config = None if rotation is None else rotation.config
     operands = (q, k, v, spec.arrays, bias_arrays, lengths)
@@ -78,12 +79,12 @@ def _compiled(
     arrays: Arrays,
     bias_arrays: list[Any],
     lengths: tuple[Any, Any] | None,
-    bias_static: _blockwise.BiasStatic,
+    bias_static: Constants,
     options: Options,
     precision: Any,
     config: Any,
 ) -> jax.Array:
-    bias = _blockwise.join_bias(bias_arrays, bias_static)
+    bias = join_arrays(bias_arrays, bias_static)
     rotation = None if lengths is None else Rotation(config, *lengths)
     return _run(q, k, v, arrays, bias, options, precision, rotation)
 

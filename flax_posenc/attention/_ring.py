@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flax_posenc._core.pytree import Constants, join_arrays, split_arrays
 from flax_posenc.attention import _blockwise
 from flax_posenc.attention._blockwise import Bias, Blocks, Stats
 
@@ -84,7 +85,7 @@ class RingStatic(NamedTuple):
     """What of a ring call is not an array (``custom_vjp``'s static argument)."""
 
     blocks: Blocks  # the static fields; its arrays are None (they are Operands)
-    bias: _blockwise.BiasStatic
+    bias: Constants
     axis_name: Any
     size: int  # of the ring axis
     precision: Any
@@ -116,7 +117,7 @@ def attention(
     size = axis_size(axis_name)
     if size == 1:
         return _blockwise.online_softmax(blocks, bias, precision)
-    bias_arrays, bias_static = _blockwise.split_bias(bias)
+    bias_arrays, bias_static = split_arrays(bias)
     operands, template = split_blocks(blocks, bias_arrays)
     static = RingStatic(template, bias_static, axis_name, size, precision, kv_chunks)
     return _ring(static, operands)
@@ -146,7 +147,7 @@ def join_blocks(template: Blocks, operands: Operands) -> Blocks:
 
 def _unpack(static: RingStatic, operands: Operands) -> tuple[Blocks, Any]:
     """The local blocks and the bias of a ring call."""
-    bias = _blockwise.join_bias(operands.bias, static.bias)
+    bias = join_arrays(operands.bias, static.bias)
     return join_blocks(static.blocks, operands), bias
 
 
@@ -405,7 +406,7 @@ def _q_block_grads(
 
     def sums(q_block, k, v, bias_arrays):
         current = with_keys(blocks, (k, v, k_positions, k_segment_ids))
-        bias = _blockwise.join_bias(bias_arrays, static.bias)
+        bias = join_arrays(bias_arrays, static.bias)
         stats = _blockwise.accumulate_block(
             current, bias, static.precision, start, q_block, start_stats
         )

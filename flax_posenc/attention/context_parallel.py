@@ -26,12 +26,12 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from flax_posenc._core.eager import eager_compiled
+from flax_posenc._core.pytree import Constants, is_array, join_arrays, split_arrays
 from flax_posenc._core.validation import check_positive_int
 from flax_posenc.attention import _blockwise, _dispatch, _ring, _ring_pallas
 from flax_posenc.attention._flax_signature import flax_signature
@@ -464,64 +464,30 @@ def _run_sharded(
     """``shard_map`` of :func:`_local_ring` over checked global arrays: compiled
     once per static configuration when called eagerly, inline under a
     transformation (:mod:`flax_posenc._core.eager`)."""
-    mesh, axis, batch_axis = call.mesh, call.axis_name, call.batch_axis
-    bias_arrays, bias_static = _blockwise.split_bias(spec.bias)
-    operands = {"q": q, "k": k, "v": v, "bias": bias_arrays}
-    specs = {"q": P(batch_axis, axis), "k": P(batch_axis, axis)}
-    specs |= {"v": P(batch_axis, axis), "bias": P()}
-    for name, ids in spec.arrays._asdict().items():
-        if ids is not None:
-            operands[name] = ids
-            rows = batch_axis if ids.ndim == 2 and ids.shape[0] > 1 else None
-            specs[name] = P(axis) if ids.ndim == 1 else P(rows, axis)
-    rotation = spec.rotation
-    if rotation is not None and rotation.seq_len is not None:
-        if not isinstance(rotation.seq_len, int):  # a scalar array: an operand
-            operands["seq_len"], specs["seq_len"] = jnp.asarray(rotation.seq_len), P()
-            rotation = rotation._replace(seq_len=None)
-    static = _MeshStatic(
-        call, tuple(specs.items()), bias_static, rotation, spec.options, precision
-    )
-    operands = {name: _place(x, mesh, specs[name]) for name, x in operands.items()}
-    if eager_compiled(operands, static):
-        return _compiled_mapped(operands, static)
-    return _mapped(operands, static)
+    arrays, constants = split_arrays((q, k, v, spec))
+    static = (constants, call, precision)
+    if eager_compiled(arrays, static):
+        return _compiled_mapped(arrays, static)
+    return _mapped(arrays, static)
 
 
-class _MeshStatic(NamedTuple):
-    """The static part of a mesh call: everything but the arrays."""
-
-    call: _MeshCall
-    specs: tuple[tuple[str, Any], ...]  # (operand name, PartitionSpec)
-    bias: _blockwise.BiasStatic
-    rotation: Any  # Rotation | None; seq_len an int or None (an array is an operand)
-    options: Any  # Options
-    precision: Any
-
-
-def _mapped(operands: dict, static: _MeshStatic) -> jax.Array:
-    """The ``shard_map`` of :func:`_local_ring` over the placed operands."""
-    call, specs = static.call, dict(static.specs)
-
-    def spec_of(operands: dict) -> Spec:
-        rotation = static.rotation
-        if rotation is not None and "seq_len" in operands:
-            rotation = rotation._replace(seq_len=operands["seq_len"])
-        arrays = Arrays(*map(operands.get, Arrays._fields))
-        bias = _blockwise.join_bias(operands["bias"], static.bias)
-        return Spec(arrays, bias, static.options, rotation)
-
-    spec = spec_of(operands)
+def _mapped(arrays: list[Any], static: tuple[Constants, _MeshCall, Any]) -> jax.Array:
+    """The ``shard_map`` of :func:`_local_ring` over the arrays of ``(q, k, v,
+    spec)``, each placed by :func:`_partition`."""
+    constants, call, precision = static
+    tree = join_arrays(arrays, constants)
+    spec = tree[3]
     if _needs_seq_len(spec):  # the global length, in the graph
         length = _rope.shared_seq_len(*_rope_positions(spec.arrays))
-        operands = operands | {"seq_len": _place(length, call.mesh, P())}
-        specs["seq_len"] = P()
+        spec = spec._replace(rotation=spec.rotation._replace(seq_len=length))
+        tree = (*tree[:3], spec)
+    arrays, constants = split_arrays(tree)
+    leaves = jax.tree_util.tree_leaves_with_path(tree)
+    specs = [_partition(path, x, call) for path, x in leaves if is_array(x)]
 
-    def local(operands: dict) -> jax.Array:
-        q, k, v = operands["q"], operands["k"], operands["v"]
-        return _local_ring(
-            q, k, v, spec_of(operands), call.axis_name, static.precision, call.kv_chunks
-        )
+    def local(arrays: list[Any]) -> jax.Array:
+        q, k, v, spec = join_arrays(arrays, constants)
+        return _local_ring(q, k, v, spec, call.axis_name, precision, call.kv_chunks)
 
     mapped = jax.shard_map(
         local,
@@ -530,22 +496,37 @@ def _mapped(operands: dict, static: _MeshStatic) -> jax.Array:
         out_specs=P(call.batch_axis, call.axis_name),
         check_vma=False,
     )
-    return mapped(operands)
+    return mapped(_place(arrays, call.mesh, specs))
 
 
 _compiled_mapped = jax.jit(_mapped, static_argnames="static")
 
 
-def _place(x: Any, mesh: Mesh, spec: Any) -> Any:
-    """``x`` (a pytree) resharded to ``spec`` where the mesh has ``Explicit`` axes
+def _partition(path: tuple, x: jax.Array, call: _MeshCall) -> Any:
+    """Where an array of ``(q, k, v, spec)`` lives on the mesh: q/k/v split along
+    the batch and the sequence; positions and segment ids along the sequence (and
+    the batch, if per example); the bias's arrays and RoPE's length replicated."""
+    if path[0].idx < 3:
+        return P(call.batch_axis, call.axis_name)
+    if path[1].name != "arrays":
+        return P()
+    if x.ndim == 1:
+        return P(call.axis_name)
+    return P(call.batch_axis if x.shape[0] > 1 else None, call.axis_name)
+
+
+def _place(arrays: list[Any], mesh: Mesh, specs: list[Any]) -> list[Any]:
+    """``arrays`` resharded to ``specs`` where the mesh has ``Explicit`` axes
     (sharding in types: shard_map then takes only inputs of its specs)."""
     explicit = getattr(jax.sharding.AxisType, "Explicit", None)
     if explicit is None or explicit not in tuple(getattr(mesh, "axis_types", ())):
-        return x  # Auto axes: shard_map's inputs are resharded by the partitioner
+        return arrays  # Auto axes: shard_map's inputs are resharded by the partitioner
     # device_put, not jax.reshard: at jax 0.7 reshard's transpose (in grad) loses
     # the mesh.
-    sharding = jax.sharding.NamedSharding(mesh, spec)
-    return jax.tree_util.tree_map(lambda leaf: jax.device_put(leaf, sharding), x)
+    return [
+        jax.device_put(x, jax.sharding.NamedSharding(mesh, spec))
+        for x, spec in zip(arrays, specs, strict=True)
+    ]
 
 
 def ring_attention_fn(
