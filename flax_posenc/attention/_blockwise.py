@@ -263,11 +263,11 @@ def q_starts(length: int, block_q: int) -> np.ndarray:
     return np.minimum(np.arange(0, length, block_q, dtype=np.int32), length - block_q)
 
 
-def init_stats(blocks: Blocks) -> Stats:
-    """Statistics before any key, stacked over the query blocks."""
+def init_stats(blocks: Blocks, stacked: bool = True) -> Stats:
+    """Statistics before any key: of one query block, or stacked over them."""
     batch, length, kv_heads, groups, _ = blocks.q.shape
-    shape = (len(q_starts(length, blocks.block_q)), batch, kv_heads, groups)
-    shape += (blocks.block_q,)
+    shape = (len(q_starts(length, blocks.block_q)),) if stacked else ()
+    shape += (batch, kv_heads, groups, blocks.block_q)
     return Stats(
         jnp.full(shape, -jnp.inf, jnp.float32),
         jnp.zeros(shape, jnp.float32),
@@ -275,24 +275,12 @@ def init_stats(blocks: Blocks) -> Stats:
     )
 
 
-def accumulate(
-    blocks: Blocks, bias: Bias | None, precision: Any, stats: Stats
-) -> Stats:
-    """``stats`` updated with every key of ``blocks.k``: a rematerialised map over
-    the query blocks, each a rematerialised scan over the key blocks. Called once by
-    :func:`online_softmax`, once per ring step by ring attention."""
-    starts = jnp.asarray(q_starts(blocks.q.shape[1], blocks.block_q))
-    step = functools.partial(_accumulate_q_block, blocks, bias, precision)
-    scanned = jax.checkpoint(lambda args: step(*args), prevent_cse=False)
-    return jax.lax.map(scanned, (starts, stats))
-
-
 def accumulate_in_place(
     blocks: Blocks, bias: Bias | None, precision: Any, stats: Stats
 ) -> Stats:
-    """:func:`accumulate` as a loop that updates ``stats`` block by block in place
-    (one buffer instead of the map's input and output): for a forward pass that is
-    not differentiated by autodiff (ring attention's custom VJP)."""
+    """``stats`` (stacked) updated with every key of ``blocks.k``: a loop over the
+    query blocks that updates them in place (one buffer, not a map's input and
+    output), each a rematerialised scan over the key blocks. Once per ring step."""
     starts = jnp.asarray(q_starts(blocks.q.shape[1], blocks.block_q))
 
     def body(index: jax.Array, stats: Stats) -> Stats:
@@ -327,20 +315,13 @@ def from_stats_layout(blocks: Blocks, stacked: jax.Array) -> jax.Array:
 
 def online_softmax(blocks: Blocks, bias: Bias | None, precision: Any) -> jax.Array:
     """The kernel: a rematerialised map over query blocks; ``[..., L, N, Hv]``."""
-    batch, length, kv_heads, groups, _ = blocks.q.shape
-    value_dim, block_q = blocks.v.shape[-1], blocks.block_q
-    stats_shape = (batch, kv_heads, groups, block_q)
-    init = Stats(
-        jnp.full(stats_shape, -jnp.inf, jnp.float32),
-        jnp.zeros(stats_shape, jnp.float32),
-        jnp.zeros((*stats_shape, value_dim), jnp.float32),
-    )
+    init = init_stats(blocks, stacked=False)
 
     def attend(q_start: jax.Array) -> jax.Array:
         stats = _accumulate_q_block(blocks, bias, precision, q_start, init)
         return normalise(stats, blocks.q.dtype)  # [B, K, G, block_q, Hv]
 
-    starts = jnp.asarray(q_starts(length, block_q))
+    starts = jnp.asarray(q_starts(blocks.q.shape[1], blocks.block_q))
     out = jax.lax.map(jax.checkpoint(attend, prevent_cse=False), starts)
     return from_stats_layout(blocks, out)
 

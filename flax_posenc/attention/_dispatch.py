@@ -13,15 +13,15 @@ otherwise q and k are rotated beforehand, as for ``"xla"``.
 
 from __future__ import annotations
 
-import functools
-from typing import Any
+from typing import Any, cast
 
 import jax
 
-from flax_posenc._core.eager import eager_compiled
+from flax_posenc._core.eager import jit_when_eager
 from flax_posenc._core.pytree import Constants, join_arrays, split_arrays
 from flax_posenc.attention import _blockwise, _pallas_flash, _pallas_gpu, _pallas_tpu
-from flax_posenc.attention._spec import Arrays, Bias, Options, Rotation, Spec, rotate
+from flax_posenc.attention._spec import Arrays, Options, Rotation, Spec, rotate
+from flax_posenc.rope.config import RopeConfig
 
 
 def attention(
@@ -37,11 +37,18 @@ def attention(
     q, k, rotation = rotated_unless_in_kernel(q, k, spec)
     bias_arrays, bias_static = split_arrays(spec.bias)
     lengths = None if rotation is None else rotation[1:]
-    config = None if rotation is None else rotation.config
-    operands = (q, k, v, spec.arrays, bias_arrays, lengths)
-    if eager_compiled(operands, bias_static):
-        return _compiled(*operands, bias_static, spec.options, precision, config)
-    return _run(q, k, v, spec.arrays, spec.bias, spec.options, precision, rotation)
+    return _attend(
+        q,
+        k,
+        v,
+        spec.arrays,
+        bias_arrays,
+        lengths,
+        bias_static=bias_static,
+        options=spec.options,
+        precision=precision,
+        config=None if rotation is None else rotation.config,
+    )
 
 
 def rotated_unless_in_kernel(
@@ -69,43 +76,29 @@ def _in_kernel(implementation: str, rotation: Rotation) -> bool:
     return implementation.startswith("pallas_tpu")
 
 
-@functools.partial(
-    jax.jit, static_argnames=("bias_static", "options", "precision", "config")
-)
-def _compiled(
+@jit_when_eager("bias_static", "options", "precision", "config")
+def _attend(
     q: jax.Array,
     k: jax.Array,
     v: jax.Array,
     arrays: Arrays,
     bias_arrays: list[Any],
     lengths: tuple[Any, Any] | None,
+    *,
     bias_static: Constants,
     options: Options,
     precision: Any,
-    config: Any,
+    config: RopeConfig | None,
 ) -> jax.Array:
+    """The kernel; RoPE's ``config`` and ``lengths`` where it rotates q and k itself
+    (else they come rotated)."""
     bias = join_arrays(bias_arrays, bias_static)
-    rotation = None if lengths is None else Rotation(config, *lengths)
-    return _run(q, k, v, arrays, bias, options, precision, rotation)
-
-
-def _run(
-    q: jax.Array,
-    k: jax.Array,
-    v: jax.Array,
-    arrays: Arrays,
-    bias: Bias | None,
-    options: Options,
-    precision: Any,
-    rotation: Rotation | None,
-) -> jax.Array:
-    """The kernel; ``rotation`` where it rotates q and k itself (else they come
-    rotated)."""
     blocks = _blockwise.prepare(q, k, v, arrays, options)
-    implementation = options.implementation
-    if implementation == "xla":
+    if options.implementation == "xla":
         return _blockwise.online_softmax(blocks, bias, precision)
-    backend, request = backend_of(implementation), request_of(options, precision)
+    rotation = None if lengths is None else Rotation(cast(RopeConfig, config), *lengths)
+    backend = backend_of(options.implementation)
+    request = request_of(options, precision)
     return _pallas_flash.attention(backend, blocks, bias, request, rotation)
 
 

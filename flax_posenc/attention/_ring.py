@@ -105,6 +105,9 @@ class Operands(NamedTuple):
     bias: list  # the bias's array leaves (a T5 table, FIRE's MLP)
 
 
+INTEGER_FIELDS = ("q_positions", "k_positions", "q_segment_ids", "k_segment_ids")
+
+
 def attention(
     blocks: Blocks,
     bias: Bias | None,
@@ -126,17 +129,9 @@ def attention(
 def split_blocks(blocks: Blocks, bias: list) -> tuple[Operands, Blocks]:
     """A ring call's arrays (the blocks' and ``bias``) and the blocks' static
     fields (its arrays None); :func:`join_blocks` puts them back together."""
-    operands = Operands(
-        blocks.q,
-        blocks.k,
-        blocks.v,
-        blocks.q_positions,
-        blocks.k_positions,
-        blocks.q_segment_ids,
-        blocks.k_segment_ids,
-        bias,
-    )
-    return operands, blocks._replace(**{name: None for name in Operands._fields[:-1]})
+    fields = Operands._fields[:-1]
+    operands = Operands._make([*(getattr(blocks, name) for name in fields), bias])
+    return operands, blocks._replace(**dict.fromkeys(fields))
 
 
 def join_blocks(template: Blocks, operands: Operands) -> Blocks:
@@ -177,21 +172,18 @@ def _ring_backward(
 ) -> tuple[Operands]:
     operands, out, lse = residuals
     d_q, d_k, d_v, d_bias = _backward(static, operands, out, lse, d_out)
-    return (
-        Operands(
-            d_q,
-            d_k,
-            d_v,
-            int_zeros(operands.q_positions),
-            int_zeros(operands.k_positions),
-            int_zeros(operands.q_segment_ids),
-            int_zeros(operands.k_segment_ids),
-            d_bias,
-        ),
-    )
+    return (cotangents(operands, d_q, d_k, d_v, d_bias),)
 
 
 _ring.defvjp(_ring_forward, _ring_backward)
+
+
+def cotangents(operands: Operands, *grads: Any) -> Operands:
+    """The cotangent of a ring call's operands: ``grads`` of q, k, v and the bias's
+    arrays, float0 zeros of the integer ones."""
+    d_q, d_k, d_v, d_bias = grads
+    integers = {name: int_zeros(getattr(operands, name)) for name in INTEGER_FIELDS}
+    return Operands(d_q, d_k, d_v, bias=d_bias, **integers)
 
 
 def int_zeros(x: jax.Array | None) -> Any:
@@ -444,7 +436,7 @@ def decode(
 ) -> jax.Array:
     """Queries (the same on every device) against this device's slice of a cache;
     the partial ``(max, sum, acc)`` of all devices merged with one all-gather."""
-    stats = _blockwise.accumulate(
+    stats = _blockwise.accumulate_in_place(
         blocks, bias, precision, _blockwise.init_stats(blocks)
     )
     packed = jnp.concatenate(

@@ -172,18 +172,9 @@ def _backward(static: RingStatic, residuals: tuple, d_out: jax.Array) -> tuple:
         static.ring, blocks, grad_step, init
     )
     d_q = _q_layout(blocks, d_q)
-    return (
-        Operands(
-            d_q.astype(operands.q.dtype),
-            d_k.astype(operands.k.dtype),
-            d_v.astype(operands.v.dtype),
-            _ring.int_zeros(operands.q_positions),
-            _ring.int_zeros(operands.k_positions),
-            _ring.int_zeros(operands.q_segment_ids),
-            _ring.int_zeros(operands.k_segment_ids),
-            [d_head, d_shared, *map(jnp.zeros_like, operands.bias[2:])],
-        ),
-    )
+    d_bias = [d_head, d_shared, *map(jnp.zeros_like, operands.bias[2:])]
+    grads = (d_q.astype(operands.q.dtype), d_k.astype(operands.k.dtype))
+    return (_ring.cotangents(operands, *grads, d_v.astype(operands.v.dtype), d_bias),)
 
 
 _differentiable.defvjp(_forward, _backward)
