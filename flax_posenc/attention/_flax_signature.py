@@ -3,8 +3,9 @@ no attention weights (blockwise attention, ring attention).
 
 ``linen.MultiHeadDotProductAttention`` and ``nnx.MultiHeadAttention`` call their
 ``attention_fn`` with the keywords of ``flax.nnx.dot_product_attention``;
-:func:`flax_signature` takes them, refuses what the kernel cannot do (dropout in
-training, ``sow_weights``), casts to ``dtype`` and passes the rest on.
+:func:`flax_attention_fn` takes them, refuses what the kernel cannot do (dropout in
+training, ``sow_weights``), casts to ``dtype``, checks the call against the
+settings the ``attention_fn`` was built with, and runs the kernel.
 """
 
 from __future__ import annotations
@@ -14,12 +15,27 @@ from typing import Any
 
 import jax
 
-Kernel = Callable[..., jax.Array]  # (query, key, value, mask, precision, is_causal)
+from flax_posenc.attention._spec import Spec, check_call, with_causal
+
+Run = Callable[..., jax.Array]  # (query, key, value, spec, precision)
 
 
-def flax_signature(kernel: Kernel, name: str, dropout_hint: str) -> Kernel:
-    """``kernel(query, key, value, mask, precision, is_causal)`` with Flax's
-    keywords; ``name`` (say "Ring attention") and ``dropout_hint`` word the
+def require_positions(q_positions: Any, name: str) -> None:
+    """An ``attention_fn`` of ``name`` (say "ring attention") is built with the
+    positions: there is no call-time default for them."""
+    if q_positions is None:
+        raise ValueError(
+            f"`q_positions` is required: {name} computes its bias and causal mask "
+            "from the positions."
+        )
+
+
+def flax_attention_fn(
+    settings: Spec, run: Run, name: str, dropout_hint: str
+) -> Callable[..., jax.Array]:
+    """``run(query, key, value, spec, precision)`` with Flax's keywords, the spec
+    the ``settings`` checked against the call (with Flax's ``mask`` and
+    ``is_causal``); ``name`` (say "Ring attention") and ``dropout_hint`` word the
     errors."""
 
     def attend(
@@ -49,6 +65,7 @@ def flax_signature(kernel: Kernel, name: str, dropout_hint: str) -> Kernel:
             )
         if dtype is not None:
             query, key, value = (x.astype(dtype) for x in (query, key, value))
-        return kernel(query, key, value, mask, precision, is_causal)
+        spec = check_call(with_causal(settings, is_causal), query, key, value, mask)
+        return run(query, key, value, spec, precision)
 
     return attend

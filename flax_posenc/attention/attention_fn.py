@@ -25,13 +25,12 @@ import jax.numpy as jnp
 
 from flax_posenc._core.validation import check_float_array
 from flax_posenc.attention import _dispatch
-from flax_posenc.attention._flax_signature import flax_signature
+from flax_posenc.attention._flax_signature import flax_attention_fn, require_positions
 from flax_posenc.attention._spec import (
     AttentionImplementation,
     check_call,
     check_settings,
     rotate,
-    with_causal,
 )
 from flax_posenc.bias.position_bias import PositionBias
 from flax_posenc.rope.config import RopeConfig
@@ -217,11 +216,7 @@ def blockwise_attention_fn(
       >>> attention.apply(params, x).shape
       (1, 16, 64)
     """
-    if q_positions is None:
-        raise ValueError(
-            "`q_positions` is required: blockwise attention computes its bias and "
-            "causal mask from positions."
-        )
+    require_positions(q_positions, "blockwise attention")
     settings = check_settings(
         q_positions=q_positions,
         k_positions=k_positions,
@@ -238,21 +233,8 @@ def blockwise_attention_fn(
         implementation=implementation,
     )
 
-    def kernel(
-        query: jax.Array,
-        key: jax.Array,
-        value: jax.Array,
-        mask: jax.Array | None,
-        precision: Any,
-        is_causal: bool,
-    ) -> jax.Array:
-        """``blockwise_attention(RoPE(query), RoPE(key), value, mask=mask, ...)``."""
-        spec = with_causal(settings, is_causal)
-        spec = check_call(spec, query, key, value, mask)
-        return _dispatch.attention(query, key, value, spec, precision)
-
     hint = "dropout_rate=0.0, or positional_attention_fn with a bias array."
-    return flax_signature(kernel, "Blockwise attention", hint)
+    return flax_attention_fn(settings, _dispatch.attention, "Blockwise attention", hint)
 
 
 @contextlib.contextmanager

@@ -34,15 +34,13 @@ from flax_posenc._core.eager import eager_compiled
 from flax_posenc._core.pytree import Constants, is_array, join_arrays, split_arrays
 from flax_posenc._core.validation import check_positive_int
 from flax_posenc.attention import _blockwise, _dispatch, _ring, _ring_pallas
-from flax_posenc.attention._flax_signature import flax_signature
+from flax_posenc.attention._flax_signature import flax_attention_fn, require_positions
 from flax_posenc.attention._spec import (
     Arrays,
     AttentionImplementation,
     Spec,
-    check_call,
     check_settings,
     check_spec,
-    with_causal,
 )
 from flax_posenc.bias.position_bias import PositionBias
 from flax_posenc.positions import (  # their 0.1.0 home; the shim reads them here
@@ -596,11 +594,7 @@ def ring_attention_fn(
       >>> attention.apply(params, x).shape
       (1, 64, 32)
     """
-    if q_positions is None:
-        raise ValueError(
-            "`q_positions` is required: ring attention computes its bias and causal "
-            "mask from the global positions."
-        )
+    require_positions(q_positions, "ring attention")
     _check_mesh(mesh, axis_name, batch_axis)
     settings = check_settings(
         q_positions=q_positions,
@@ -618,26 +612,21 @@ def ring_attention_fn(
     )
     mesh_call = _MeshCall(mesh, axis_name, batch_axis, _check_kv_chunks(kv_chunks))
 
-    def kernel(
-        query: jax.Array,
-        key: jax.Array,
-        value: jax.Array,
-        mask: jax.Array | None,
-        precision: Any,
-        is_causal: bool,
+    def run(
+        query: jax.Array, key: jax.Array, value: jax.Array, spec: Spec, precision: Any
     ) -> jax.Array:
         """``sharded_ring_attention(query, key, value, ...)``."""
+        mask = spec.arrays.mask
         if mask is not None:
             raise ValueError(
                 f"Ring attention takes no `mask` array, got shape {mask.shape}: it "
                 "would need the whole [L, S] on every device. Hint: causal=True for "
                 "a causal mask, q_segment_ids for packing and padding."
             )
-        spec = check_call(with_causal(settings, is_causal), query, key, value)
         _check_mesh_shapes(query, key, spec, mesh_call)
         return _run_sharded(query, key, value, spec, mesh_call, precision)
 
-    return flax_signature(kernel, "Ring attention", "dropout_rate=0.0.")
+    return flax_attention_fn(settings, run, "Ring attention", "dropout_rate=0.0.")
 
 
 def sharded_kv_cache_attention(
