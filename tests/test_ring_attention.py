@@ -616,6 +616,18 @@ def test_every_case_equals_dense_and_blockwise(name, axis_type):
     np.testing.assert_allclose(loss(ring)(q, k, v), loss(one)(q, k, v), **TOL)
 
 
+def test_batch_axis_splits_per_example_positions_with_the_batch():
+    """A (2, 4) mesh with ``batch_axis``: each example's own positions and segment
+    ids go with its rows (replicated rows would pair the wrong example's)."""
+    q, k, v, kwargs, _, _ = make_case("alibi_causal_packed")
+    assert kwargs["q_positions"][0].tolist() != kwargs["q_positions"][1].tolist()
+    mesh = mesh_of(shape=(2, 4), names=("data", "seq"))
+    got = fp.sharded_ring_attention(
+        q, k, v, mesh=mesh, axis_name="seq", batch_axis="data", **kwargs
+    )
+    np.testing.assert_allclose(got, fp.blockwise_attention(q, k, v, **kwargs), **TOL)
+
+
 @pytest.mark.slow
 def test_data_and_sequence_mesh_with_dynamic_ntk():
     """A (2, 4) mesh: batch over "data", sequence over "seq"; dynamic NTK with
