@@ -219,14 +219,6 @@ def rotated_copies(
     return jnp.concatenate(copies, axis=-1)
 
 
-def remapped_positions(arrays: Arrays) -> tuple[jax.Array, jax.Array]:
-    """int32 q and k positions of a checked spec's arrays (k's None: q's), as the
-    caller gave them (leading axes not broadcast)."""
-    q_pos = jnp.asarray(arrays.q_positions, jnp.int32)
-    k_pos = arrays.k_positions
-    return q_pos, q_pos if k_pos is None else jnp.asarray(k_pos, jnp.int32)
-
-
 def remapped_attention(
     q: jax.Array,
     k: jax.Array,

@@ -279,6 +279,14 @@ def _check_rotation_shapes(rotation: Rotation, q: Any, arrays: Arrays) -> Rotati
     return rotation
 
 
+def position_pair(arrays: Arrays) -> tuple[jax.Array, jax.Array]:
+    """int32 q and k positions of a checked spec's arrays (k's None: q's), as the
+    caller gave them (leading axes not broadcast)."""
+    q_pos = jnp.asarray(arrays.q_positions, jnp.int32)
+    k_pos = arrays.k_positions
+    return q_pos, q_pos if k_pos is None else jnp.asarray(k_pos, jnp.int32)
+
+
 def rotate(q: jax.Array, k: jax.Array, spec: Spec) -> tuple[jax.Array, jax.Array]:
     """q and k rotated by the spec's RoPE (unchanged without one)."""
     if spec.rotation is None:

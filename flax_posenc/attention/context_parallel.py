@@ -36,11 +36,11 @@ from flax_posenc._core.validation import check_positive_int
 from flax_posenc.attention import _blockwise, _dispatch, _ring, _ring_pallas
 from flax_posenc.attention._flax_signature import flax_attention_fn, require_positions
 from flax_posenc.attention._spec import (
-    Arrays,
     AttentionImplementation,
     Spec,
     check_settings,
     check_spec,
+    position_pair,
 )
 from flax_posenc.bias.position_bias import PositionBias
 from flax_posenc.positions import (  # their 0.1.0 home; the shim reads them here
@@ -222,31 +222,18 @@ def _typed_varying(x: jax.Array) -> frozenset:
     return frozenset(getattr(manual, "varying", getattr(aval, "vma", ())))
 
 
-def _rope_positions(arrays: Arrays) -> tuple[jax.Array, jax.Array]:
-    """The q and k positions RoPE rotates by (k's default to q's)."""
-    qp = arrays.q_positions
-    assert qp is not None  # checked: rope needs q_positions
-    return qp, qp if arrays.k_positions is None else arrays.k_positions
-
-
-def _needs_seq_len(spec: Spec) -> bool:
-    """Whether RoPE's frequencies follow a length that was not given."""
+def _global_seq_len(spec: Spec, axis_name: str | None) -> Spec:
+    """``spec`` with RoPE's default length (where its frequencies follow one) the
+    *global* ``max(positions) + 1``, never a shard's own: the maximum over the ring
+    ``axis_name`` (one scalar all-reduce), or of global positions (None)."""
     rotation = spec.rotation
-    return (
-        rotation is not None
-        and rotation.config.depends_on_seq_len
-        and rotation.seq_len is None
-    )
-
-
-def _global_seq_len(spec: Spec, axis_name: str) -> Spec:
-    """``spec`` with RoPE's default length the *global* ``max(positions) + 1``, the
-    maximum over the ring (one scalar all-reduce), never a shard's own."""
-    rotation = spec.rotation
-    if rotation is None or not _needs_seq_len(spec):
+    if rotation is None or rotation.seq_len is not None:
         return spec
-    qp, kp = _rope_positions(spec.arrays)
-    length = jax.lax.pmax(_rope.shared_seq_len(qp, kp), axis_name)
+    if not rotation.config.depends_on_seq_len:
+        return spec
+    length = _rope.shared_seq_len(*position_pair(spec.arrays))
+    if axis_name is not None:
+        length = jax.lax.pmax(length, axis_name)
     return spec._replace(rotation=rotation._replace(seq_len=length))
 
 
@@ -473,12 +460,8 @@ def _mapped(arrays: list[Any], static: tuple[Constants, _MeshCall, Any]) -> jax.
     """The ``shard_map`` of :func:`_local_ring` over the arrays of ``(q, k, v,
     spec)``, each placed by :func:`_partition`."""
     constants, call, precision = static
-    tree = join_arrays(arrays, constants)
-    spec = tree[3]
-    if _needs_seq_len(spec):  # the global length, in the graph
-        length = _rope.shared_seq_len(*_rope_positions(spec.arrays))
-        spec = spec._replace(rotation=spec.rotation._replace(seq_len=length))
-        tree = (*tree[:3], spec)
+    q, k, v, spec = join_arrays(arrays, constants)
+    tree = (q, k, v, _global_seq_len(spec, None))  # the length in the graph
     arrays, constants = split_arrays(tree)
     leaves = jax.tree_util.tree_leaves_with_path(tree)
     specs = [_partition(path, x, call) for path, x in leaves if is_array(x)]

@@ -40,7 +40,7 @@ from flax_posenc._core.validation import (
     is_traced,
 )
 from flax_posenc.attention import _blockwise
-from flax_posenc.attention._spec import Arrays, Options, check_spec
+from flax_posenc.attention._spec import Arrays, Options, check_spec, position_pair
 from flax_posenc.rope.config import RopeConfig
 from flax_posenc.rope.dual_chunk import DualChunkAttentionConfig
 
@@ -214,7 +214,7 @@ def _dual_chunk(
     options: Options,
     precision: Any,
 ) -> jax.Array:
-    q_pos, k_pos = _blockwise.remapped_positions(arrays)
+    q_pos, k_pos = position_pair(arrays)
     qp, kp = config.remap(q_pos), config.remap(k_pos)
     q_factor = k_factor = None
     original = config.original_max_position_embeddings

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 from flax_posenc._core.eager import jit_when_eager
 from flax_posenc._core.validation import check_positive_int
 from flax_posenc.attention import _blockwise
-from flax_posenc.attention._spec import Arrays, Options, check_spec
+from flax_posenc.attention._spec import Arrays, Options, check_spec, position_pair
 from flax_posenc.rope.config import RopeConfig
 
 __all__ = ["self_extend_attention"]
@@ -130,7 +130,7 @@ def _self_extend(
     options: Options,
     precision: Any,
 ) -> jax.Array:
-    q_pos, k_pos = _blockwise.remapped_positions(arrays)
+    q_pos, k_pos = position_pair(arrays)
     shift = window - window // group_size
     qs = _blockwise.rotated_copies(q, [q_pos, q_pos // group_size + shift], rope)
     ks = _blockwise.rotated_copies(k, [k_pos, k_pos // group_size], rope)
