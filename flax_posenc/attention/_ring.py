@@ -178,10 +178,11 @@ def _ring_backward(
 _ring.defvjp(_ring_forward, _ring_backward)
 
 
-def cotangents(operands: Operands, *grads: Any) -> Operands:
-    """The cotangent of a ring call's operands: ``grads`` of q, k, v and the bias's
-    arrays, float0 zeros of the integer ones."""
-    d_q, d_k, d_v, d_bias = grads
+def cotangents(
+    operands: Operands, d_q: jax.Array, d_k: jax.Array, d_v: jax.Array, d_bias: list
+) -> Operands:
+    """The cotangent of a ring call's operands: the gradients of q, k, v and the
+    bias's arrays, float0 zeros for the integer ones."""
     integers = {name: int_zeros(getattr(operands, name)) for name in INTEGER_FIELDS}
     return Operands(d_q, d_k, d_v, bias=d_bias, **integers)
 

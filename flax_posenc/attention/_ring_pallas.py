@@ -173,8 +173,10 @@ def _backward(static: RingStatic, residuals: tuple, d_out: jax.Array) -> tuple:
     )
     d_q = _q_layout(blocks, d_q)
     d_bias = [d_head, d_shared, *map(jnp.zeros_like, operands.bias[2:])]
-    grads = (d_q.astype(operands.q.dtype), d_k.astype(operands.k.dtype))
-    return (_ring.cotangents(operands, *grads, d_v.astype(operands.v.dtype), d_bias),)
+    d_q, d_k, d_v = (
+        d.astype(x.dtype) for d, x in zip((d_q, d_k, d_v), operands[:3], strict=True)
+    )
+    return (_ring.cotangents(operands, d_q, d_k, d_v, d_bias),)
 
 
 _differentiable.defvjp(_forward, _backward)
